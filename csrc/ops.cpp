@@ -1,0 +1,695 @@
+// ATen on the `neuron` device. Every op runs through its CPU kernel on
+// zero-copy CPU views of device memory (the simulator's "execute"); a handful
+// of ops that define what device memory *is* (allocation, views, copies,
+// resizing) get explicit kernels, and a few ops that PyTorch routes by device
+// type get explicit ones so that numerics and kernel choice equal CPU's.
+#include "neuron.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/native/DispatchStub.h>
+#include <ATen/native/TensorFactories.h>
+#include <ATen/native/transformers/attention.h>
+#include <ATen/ops/_local_scalar_dense_native.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/resize_native.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/view_native.h>
+#include <ATen/ops/_fused_sdp_choice_native.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <shared_mutex>
+#include <unordered_map>
+
+namespace neuron {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Op metadata, computed once per schema.
+struct OpMeta {
+  std::string name;
+  std::vector<int> generator_args;
+  std::vector<char> arg_mutable;
+  bool cpu_indices_ok = false;  // index ops accept CPU index tensors, as on CUDA
+  bool no_native_lowering = false;
+  std::atomic<uint64_t> executed{0};
+  std::atomic<bool> warned{false};
+};
+
+std::shared_mutex g_meta_mu;
+std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpMeta>> g_meta;
+
+bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
+
+// Ops with no Trainium lowering in the real system's eager mode: dense linear
+// algebra factorizations and solvers run on the host there.
+bool lacks_native_lowering(const std::string& name) {
+  static const char* prefixes[] = {"aten::linalg_", "aten::_linalg_", "aten::cholesky", "aten::lu",
+                                   "aten::_lu", "aten::geqrf", "aten::ormqr", "aten::orgqr",
+                                   "aten::triangular_solve", "aten::_linalg", "aten::svd",
+                                   "aten::_svd", "aten::qr", "aten::lstsq", "aten::eig",
+                                   "aten::slogdet", "aten::logdet", "aten::det", "aten::inverse"};
+  if (name == "aten::linalg_vector_norm" || name == "aten::linalg_matrix_norm" ||
+      name == "aten::linalg_norm" || starts_with(name, "aten::linalg_vector_norm") ||
+      starts_with(name, "aten::linalg_cross"))
+    return false;
+  for (const char* p : prefixes)
+    if (starts_with(name, p)) return true;
+  return false;
+}
+
+OpMeta& meta_for(const c10::OperatorHandle& op) {
+  const c10::FunctionSchema* key = &op.schema();
+  {
+    std::shared_lock<std::shared_mutex> lock(g_meta_mu);
+    auto it = g_meta.find(key);
+    if (it != g_meta.end()) return *it->second;
+  }
+  auto m = std::make_unique<OpMeta>();
+  const auto& schema = op.schema();
+  m->name = schema.name() + (schema.overload_name().empty() ? "" : "." + schema.overload_name());
+  const auto& args = schema.arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto t = args[i].type();
+    if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+    if (t->kind() == c10::TypeKind::GeneratorType) m->generator_args.push_back(static_cast<int>(i));
+    m->arg_mutable.push_back(args[i].alias_info() && args[i].alias_info()->isWrite());
+  }
+  m->cpu_indices_ok = starts_with(m->name, "aten::index") || starts_with(m->name, "aten::_index_put_impl_") ||
+                      starts_with(m->name, "aten::_unsafe_index");
+  m->no_native_lowering = lacks_native_lowering(m->name);
+  std::unique_lock<std::shared_mutex> lock(g_meta_mu);
+  auto [it, _] = g_meta.emplace(key, std::move(m));
+  return *it->second;
+}
+
+// ---------------------------------------------------------------------------
+// Fidelity accounting.
+std::mutex g_track_mu;
+std::map<std::string, std::set<std::string>> g_fallbacks;  // op -> reasons
+std::atomic<int> g_strict{-1};
+
+bool strict_fallback() {
+  int s = g_strict.load();
+  if (s < 0) {
+    const char* v = std::getenv("TORCH_NEURONX_STRICT_FALLBACK");
+    s = (v && std::string(v) != "0" && std::string(v) != "") ? 1 : 0;
+    g_strict.store(s);
+  }
+  return s == 1;
+}
+
+const char* non_native_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kDouble: return "float64";
+    case at::kComplexHalf: return "complex32";
+    case at::kComplexFloat: return "complex64";
+    case at::kComplexDouble: return "complex128";
+    case at::kUInt16: return "uint16";
+    case at::kUInt32: return "uint32";
+    case at::kUInt64: return "uint64";
+    default: return nullptr;
+  }
+}
+
+void record_fallback(OpMeta& meta, const std::string& reason) {
+  TORCH_CHECK(!strict_fallback(), "Operator '", meta.name, "' is not supported natively on Trainium (",
+              reason, ") and TORCH_NEURONX_STRICT_FALLBACK=1 forbids the CPU fallback");
+  {
+    std::lock_guard<std::mutex> lock(g_track_mu);
+    g_fallbacks[meta.name].insert(reason);
+  }
+  if (!meta.warned.exchange(true)) {
+    TORCH_WARN("Operator '", meta.name, "' executed via CPU fallback (", reason,
+               "); it is not native on Trainium and will be slow there");
+  }
+}
+
+// ---------------------------------------------------------------------------
+// CPU aliases of device memory. Tensors that share a neuron storage share one
+// CPU storage, so PyTorch's overlap and aliasing checks see what they would
+// see on CPU.
+void release_storage(void* ctx) { c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(ctx)); }
+
+c10::Storage cpu_storage_over(c10::StorageImpl* nimpl) {
+  c10::raw::intrusive_ptr::incref(nimpl);
+  c10::DataPtr dp(nimpl->mutable_data(), nimpl, &release_storage, c10::Device(c10::kCPU));
+  return c10::Storage(c10::Storage::use_byte_size_t(), nimpl->nbytes(), std::move(dp),
+                      charging_cpu_allocator(), /*resizable=*/true);
+}
+
+c10::Storage neuron_storage_over(c10::StorageImpl* cimpl, c10::DeviceIndex dev) {
+  c10::raw::intrusive_ptr::incref(cimpl);
+  c10::DataPtr dp(cimpl->mutable_data(), cimpl, &release_storage, c10::Device(kNeuron, dev));
+  return c10::Storage(c10::Storage::use_byte_size_t(), cimpl->nbytes(), std::move(dp),
+                      device_allocator(), /*resizable=*/true);
+}
+
+at::Tensor tensor_on(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like) {
+  auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key), like.dtype());
+  auto* impl = t.unsafeGetTensorImpl();
+  impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  if (like.is_conj()) impl->_set_conj(true);
+  if (like.is_neg()) impl->_set_neg(true);
+  return t;
+}
+
+struct AliasTable {
+  struct Entry {
+    c10::StorageImpl* neuron;
+    c10::Storage cpu;
+    const void* data;
+    size_t nbytes;
+  };
+  c10::SmallVector<Entry, 8> entries;
+  c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 4> adopted;  // cpu -> neuron
+
+  at::Tensor alias(const at::Tensor& t) {
+    auto* nimpl = t.storage().unsafeGetStorageImpl();
+    for (auto& e : entries)
+      if (e.neuron == nimpl) return tensor_on(e.cpu, c10::DispatchKey::CPU, t);
+    entries.push_back({nimpl, cpu_storage_over(nimpl), nimpl->data(), nimpl->nbytes()});
+    return tensor_on(entries.back().cpu, c10::DispatchKey::CPU, t);
+  }
+
+  // The neuron storage that holds the memory of a CPU storage produced by a kernel.
+  c10::Storage neuron_storage_for(const c10::Storage& cpu, c10::DeviceIndex dev) {
+    auto* cimpl = cpu.unsafeGetStorageImpl();
+    for (auto& e : entries)
+      if (e.cpu.unsafeGetStorageImpl() == cimpl)
+        return c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(e.neuron));
+    for (auto& a : adopted)
+      if (a.first == cimpl) return a.second;
+    c10::Storage out;
+    if (is_device_memory(cimpl->data_ptr())) {
+      // Allocated on this device by the CPU kernel: adopt without copying.
+      out = neuron_storage_over(cimpl, dev);
+    } else {
+      out = c10::Storage(c10::Storage::use_byte_size_t(), cimpl->nbytes(), allocate_on(dev, cimpl->nbytes()),
+                         device_allocator(), true);
+      if (cimpl->nbytes()) runtime().copy(out.mutable_data(), cimpl->data(), cimpl->nbytes());
+    }
+    adopted.emplace_back(cimpl, out);
+    return out;
+  }
+
+  // A kernel resized an aliased storage: the new buffer came from the device
+  // (charging allocator); move it into the neuron storage all views share.
+  void sync_resized_storages(c10::DeviceIndex dev) {
+    for (auto& e : entries) {
+      auto* cimpl = e.cpu.unsafeGetStorageImpl();
+      if (cimpl->data() == e.data && cimpl->nbytes() == e.nbytes) continue;
+      c10::DataPtr moved = cimpl->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::kCPU)));
+      const size_t nbytes = cimpl->nbytes();
+      if (!is_device_memory(moved)) {
+        c10::DataPtr fresh = allocate_on(dev, nbytes);
+        if (nbytes) runtime().copy(fresh.get(), moved.get(), nbytes);
+        moved = std::move(fresh);
+      }
+      moved.unsafe_set_device(c10::Device(kNeuron, dev));
+      e.neuron->set_data_ptr_noswap(std::move(moved));
+      e.neuron->set_nbytes(nbytes);
+      // Keep the (dying) alias consistent for any later lookup in this call.
+      c10::raw::intrusive_ptr::incref(e.neuron);
+      cimpl->set_data_ptr_noswap(c10::DataPtr(e.neuron->mutable_data(), e.neuron, &release_storage, c10::Device(c10::kCPU)));
+      e.data = e.neuron->data();
+      e.nbytes = nbytes;
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------
+// The boxed fallback.
+struct Converted {
+  at::Tensor neuron;
+  at::Tensor cpu;
+  bool mut;
+};
+
+[[noreturn]] void device_mismatch(const OpMeta& meta, const c10::FunctionSchema& schema, size_t arg,
+                                  const at::Device& bad, const at::Device& expected) {
+  TORCH_CHECK(false, "Expected all tensors to be on the same device, but got ", schema.arguments()[arg].name(),
+              " is on ", bad, ", different from other tensors on ", expected,
+              " (when checking argument in method ", meta.name, ")");
+}
+
+}  // namespace
+
+void cpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  OpMeta& meta = meta_for(op);
+  const auto& schema = op.schema();
+  const size_t nargs = schema.arguments().size();
+  const size_t base = stack->size() - nargs;
+
+  AliasTable table;
+  c10::SmallVector<Converted, 8> conv;
+  c10::DeviceIndex dev = -1;
+  int bad_arg = -1;  // a non-scalar CPU tensor next to neuron tensors
+  at::Device bad_device(c10::kCPU);
+  const char* odd_dtype = nullptr;
+
+  auto convert = [&](const at::Tensor& t, size_t i, bool allow_cpu) -> at::Tensor {
+    if (!t.defined()) return t;
+    if (auto* r = non_native_dtype(t.scalar_type())) odd_dtype = r;
+    const auto dtype = t.device().type();
+    if (dtype == kNeuron) {
+      if (dev < 0) {
+        dev = t.device().index();
+      } else if (t.device().index() != dev) {
+        device_mismatch(meta, schema, i, t.device(), at::Device(kNeuron, dev));
+      }
+      TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == c10::kStrided, "neuron supports only strided tensors (",
+                                  meta.name, ")");
+      auto c = table.alias(t);
+      conv.push_back({t, c, static_cast<bool>(meta.arg_mutable[i])});
+      return c;
+    }
+    if (!(dtype == c10::kCPU && (t.dim() == 0 || allow_cpu)) && bad_arg < 0) {
+      bad_arg = static_cast<int>(i);
+      bad_device = t.device();
+    }
+    return t;
+  };
+
+  for (size_t i = 0; i < nargs; ++i) {
+    c10::IValue& v = (*stack)[base + i];
+    if (v.isTensor()) {
+      v = convert(v.toTensor(), i, false);
+    } else if (v.isTensorList()) {
+      auto list = v.toTensorList();
+      c10::List<at::Tensor> out;
+      out.reserve(list.size());
+      for (const at::Tensor& t : list) out.push_back(convert(t, i, false));
+      v = std::move(out);
+    } else if (v.isList()) {
+      auto list = v.toList();
+      if (list.size() && (list.get(0).isTensor() || list.get(0).isNone())) {
+        c10::List<std::optional<at::Tensor>> out;
+        out.reserve(list.size());
+        for (const c10::IValue& e : list)
+          out.push_back(e.isTensor() ? std::optional<at::Tensor>(convert(e.toTensor(), i, meta.cpu_indices_ok))
+                                     : std::nullopt);
+        v = std::move(out);
+      }
+    } else if (v.isDevice()) {
+      auto d = v.toDevice();
+      if (d.type() == kNeuron) {
+        if (dev < 0) dev = d.has_index() ? d.index() : current_device();
+        v = c10::Device(c10::kCPU);
+      }
+    }
+  }
+  if (dev < 0) dev = current_device();
+  if (bad_arg >= 0) device_mismatch(meta, schema, bad_arg, bad_device, at::Device(kNeuron, dev));
+
+  for (int i : meta.generator_args) {
+    c10::IValue& v = (*stack)[base + i];
+    v = cpu_engine_of(v.isNone() ? default_generator(dev) : v.toGenerator());
+  }
+
+  meta.executed.fetch_add(1, std::memory_order_relaxed);
+  if (meta.no_native_lowering) {
+    record_fallback(meta, "no Trainium lowering");
+  } else if (odd_dtype) {
+    record_fallback(meta, std::string(odd_dtype) + " is not native on Trainium");
+  }
+
+  {
+    ChargeCpuAllocationsTo charge(dev);
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  }
+
+  if (!conv.empty()) {
+    table.sync_resized_storages(dev);
+    for (auto& c : conv) {
+      if (!c.mut) continue;
+      auto* nimpl = c.neuron.unsafeGetTensorImpl();
+      if (c.cpu.storage().unsafeGetStorageImpl() != c.neuron.storage().unsafeGetStorageImpl() &&
+          !c.cpu.storage().is_alias_of(c.neuron.storage())) {
+        // set_-style kernels swapped the storage.
+        bool same_entry = false;
+        for (auto& e : table.entries)
+          if (e.cpu.unsafeGetStorageImpl() == c.cpu.storage().unsafeGetStorageImpl() &&
+              e.neuron == c.neuron.storage().unsafeGetStorageImpl())
+            same_entry = true;
+        if (!same_entry) nimpl->set_storage_keep_dtype(table.neuron_storage_for(c.cpu.storage(), dev));
+      }
+      if (c.cpu.sizes() != c.neuron.sizes() || c.cpu.strides() != c.neuron.strides() ||
+          c.cpu.storage_offset() != c.neuron.storage_offset())
+        nimpl->set_sizes_and_strides(c.cpu.sizes(), c.cpu.strides(), c.cpu.storage_offset());
+    }
+  }
+
+  auto wrap = [&](const at::Tensor& r) -> at::Tensor {
+    if (!r.defined() || r.device().type() != c10::kCPU) return r;
+    for (auto& c : conv)
+      if (c.cpu.unsafeGetTensorImpl() == r.unsafeGetTensorImpl()) return c.neuron;
+    TORCH_CHECK_NOT_IMPLEMENTED(r.layout() == c10::kStrided, "'", meta.name, "' produced a ", r.layout(),
+                                " tensor: Trainium has no sparse kernels, so neuron supports only strided "
+                                "(dense) tensors. Run this op on CPU (tensor.cpu()) and move the dense "
+                                "result back with .to('neuron').");
+    return tensor_on(table.neuron_storage_for(r.storage(), dev), c10::DispatchKey::PrivateUse1, r);
+  };
+
+  const size_t nrets = schema.returns().size();
+  for (size_t i = stack->size() - nrets; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (v.isTensor()) {
+      v = wrap(v.toTensor());
+    } else if (v.isTensorList()) {
+      auto list = v.toTensorList();
+      for (size_t j = 0; j < list.size(); ++j) list.set(j, wrap(list.get(j)));
+    } else if (v.isList()) {
+      auto list = v.toList();
+      for (size_t j = 0; j < list.size(); ++j)
+        if (list.get(j).isTensor()) list.set(j, wrap(list.get(j).toTensor()));
+    }
+  }
+}
+
+at::Tensor cpu_view_of(const at::Tensor& t) {
+  if (!t.defined() || t.device().type() != kNeuron) return t;
+  return tensor_on(cpu_storage_over(t.storage().unsafeGetStorageImpl()), c10::DispatchKey::CPU, t);
+}
+
+void record_executed(const c10::OperatorHandle& op, const std::string& reason) {
+  record_fallback(meta_for(op), reason);
+}
+
+// Python-facing tracking accessors (module.cpp).
+std::vector<std::pair<std::string, uint64_t>> executed_ops() {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  std::shared_lock<std::shared_mutex> lock(g_meta_mu);
+  for (auto& [_, m] : g_meta) {
+    auto n = m->executed.load();
+    if (n) out.emplace_back(m->name, n);
+  }
+  return out;
+}
+
+std::map<std::string, std::set<std::string>> fallback_ops() {
+  std::lock_guard<std::mutex> lock(g_track_mu);
+  return g_fallbacks;
+}
+
+void clear_op_tracking() {
+  {
+    std::shared_lock<std::shared_mutex> lock(g_meta_mu);
+    for (auto& [_, m] : g_meta) {
+      m->executed.store(0);
+      m->warned.store(false);
+    }
+  }
+  std::lock_guard<std::mutex> lock(g_track_mu);
+  g_fallbacks.clear();
+  g_strict.store(-1);
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// Explicit kernels.
+c10::DeviceIndex index_of(std::optional<c10::Device> device) {
+  auto idx = device && device->has_index() ? device->index() : current_device();
+  check_device_index(idx);
+  return idx;
+}
+
+void check_strided(std::optional<c10::Layout> layout) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!layout || *layout == c10::kStrided, "neuron supports only strided (dense) tensors, got layout ",
+                              *layout, ": Trainium has no sparse kernels");
+}
+
+at::Tensor neuron_empty(c10::IntArrayRef size, std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                        std::optional<at::Device> device, std::optional<bool>, std::optional<at::MemoryFormat> fmt) {
+  check_strided(layout);
+  c10::DeviceGuard guard(c10::Device(kNeuron, index_of(device)));
+  return at::detail::empty_generic(size, device_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   c10::dtype_or_default(dtype), fmt);
+}
+
+at::Tensor neuron_empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<at::ScalarType> dtype,
+                                std::optional<at::Layout> layout, std::optional<at::Device> device,
+                                std::optional<bool>) {
+  check_strided(layout);
+  c10::DeviceGuard guard(c10::Device(kNeuron, index_of(device)));
+  return at::detail::empty_strided_generic(size, stride, device_allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype));
+}
+
+at::Tensor neuron_efficientzerotensor(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                                      std::optional<at::Layout>, std::optional<at::Device> device,
+                                      std::optional<bool>) {
+  const auto d = c10::Device(kNeuron, index_of(device));
+  at::native::ZeroTensorAllocator allocator(d);
+  auto ks = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1) | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);
+  return at::detail::empty_generic(size, &allocator, ks, c10::dtype_or_default(dtype), std::nullopt);
+}
+
+bool plain_same_layout(const at::Tensor& a, const at::Tensor& b) {
+  return a.scalar_type() == b.scalar_type() && a.sizes() == b.sizes() && a.is_contiguous() && b.is_contiguous() &&
+         !a.is_conj() && !b.is_conj() && !a.is_neg() && !b.is_neg();
+}
+
+// Host<->device and device<->device copies (copy_ routes them here).
+at::Tensor neuron_copy_from(const at::Tensor& self, const at::Tensor& dst, bool) {
+  if (self.numel() == 0 && dst.numel() == 0) return dst;
+  if (plain_same_layout(self, dst)) {
+    runtime().copy(dst.data_ptr(), self.data_ptr(), dst.nbytes());
+    return dst;
+  }
+  // Conversions, broadcasting and strided layouts: CPU's copy kernel on views.
+  const auto dev = dst.device().type() == kNeuron ? dst.device().index() : self.device().index();
+  AliasTable table;
+  auto cdst = dst.device().type() == kNeuron ? table.alias(dst) : dst;
+  auto csrc = self.device().type() == kNeuron ? table.alias(self) : self;
+  ChargeCpuAllocationsTo charge(dev);
+  cdst.copy_(csrc);
+  return dst;
+}
+
+at::Tensor neuron_copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  dst.resize_(self.sizes());
+  return neuron_copy_from(self, dst, false);
+}
+
+const at::Tensor& neuron_resize_(const at::Tensor& self, c10::IntArrayRef size, std::optional<at::MemoryFormat> fmt) {
+  c10::DeviceGuard guard(self.device());
+  return at::native::resize_(self, size, fmt);
+}
+
+at::Tensor& neuron_set_storage_(at::Tensor& self, at::Storage source, int64_t offset, c10::IntArrayRef size,
+                                c10::IntArrayRef stride) {
+  c10::DeviceGuard guard(self.device());
+  return at::native::set_storage_cpu_(self, std::move(source), offset, size, stride);
+}
+
+at::Tensor& neuron_set_empty_(at::Tensor& self) {
+  c10::DeviceGuard guard(self.device());
+  at::Storage storage(at::Storage::use_byte_size_t(), 0, device_allocator(), /*resizable=*/true);
+  return self.set_(storage, 0, {0}, {});
+}
+
+// CPU's native_dropout draws from CPU's default generator; draw from the
+// device's generator instead (same algorithm, so same stream for same seed).
+std::tuple<at::Tensor, at::Tensor> neuron_native_dropout(const at::Tensor& input, double p, std::optional<bool> train) {
+  if (input.numel() == 0) return {input, at::empty_like(input, input.options())};
+  if (!train.has_value() || *train) {
+    const double p1m = 1. - p;
+    const double scale = p1m == 0 ? 0. : 1. / p1m;
+    auto mask = at::empty_like(input, input.options().dtype(at::kBool));
+    mask.bernoulli_(p1m, default_generator(input.device().index()));
+    return {input.mul(mask).mul_(scale), mask};
+  }
+  return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
+}
+
+// Integer histc, as CUDA supports it (CPU rejects integers); transformers'
+// mixture-of-experts routing calls it on every non-CPU device.
+template <typename T>
+void int_histc(const at::Tensor& in, at::Tensor& hist, int64_t bins, T lo, T hi) {
+  auto* out = hist.data_ptr<T>();
+  const auto* data = in.data_ptr<T>();
+  const int64_t n = in.numel();
+  if (lo == hi && n > 0) {
+    lo = *std::min_element(data, data + n);
+    hi = *std::max_element(data, data + n);
+  }
+  if (lo == hi) {
+    lo = lo - 1;
+    hi = hi + 1;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const T v = data[i];
+    if (v < lo || v > hi) continue;
+    int64_t b = static_cast<int64_t>((static_cast<int64_t>(v) - lo) * bins / (static_cast<int64_t>(hi) - lo));
+    if (b == bins) b -= 1;
+    out[b] += 1;
+  }
+}
+
+void neuron_histc(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  const size_t nargs = op.schema().arguments().size();
+  const at::Tensor self = (*stack)[stack->size() - nargs].toTensor();
+  if (!c10::isIntegralType(self.scalar_type(), /*includeBool=*/false)) return cpu_fallback(op, ks, stack);
+  const int64_t bins = (*stack)[stack->size() - nargs + 1].toInt();
+  const double min = (*stack)[stack->size() - nargs + 2].toScalar().toDouble();
+  const double max = (*stack)[stack->size() - nargs + 3].toScalar().toDouble();
+  TORCH_CHECK(bins > 0, "bins must be > 0");
+  TORCH_CHECK(min <= max, "max must be larger than min");
+  const bool has_out = nargs == 5;
+  at::Tensor hist = has_out ? (*stack)[stack->size() - 1].toTensor() : at::Tensor();
+  if (has_out) {
+    hist.resize_({bins});
+    hist.zero_();
+  } else {
+    hist = at::zeros({bins}, self.options());
+  }
+  auto cin = cpu_view_of(self.contiguous());
+  auto chist = cpu_view_of(hist);
+  AT_DISPATCH_INTEGRAL_TYPES(self.scalar_type(), "histc_neuron", [&] {
+    int_histc<scalar_t>(cin, chist, bins, static_cast<scalar_t>(min), static_cast<scalar_t>(max));
+  });
+  torch::jit::drop(*stack, nargs);
+  torch::jit::push(*stack, hist);
+}
+
+bool neuron_has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  // Dense CPU <-> neuron tensors are interchangeable under `param.data = t`,
+  // as CPU <-> CUDA are; without this, module.to("neuron") unties weights.
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == c10::kStrided && !t.is_quantized() && !t.is_nested() &&
+           (t.device().type() == kNeuron || t.device().type() == c10::kCPU);
+  };
+  if (dense(self) && dense(from)) return true;
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set());
+}
+
+int64_t neuron_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const std::optional<at::Tensor>& mask, double dropout, bool causal,
+                          std::optional<double> scale, bool gqa) {
+  // Exactly CPU's choice (flash kernel for CPU, math when it does not apply).
+  return at::native::_fused_sdp_choice_cpp(q, k, v, mask, dropout, causal, scale, gqa);
+}
+
+void record_stream_noop(at::Tensor&, c10::Stream) {}
+
+}  // namespace
+
+// As on CUDA: the op is numerically unsafe under autocast.
+at::Tensor binary_cross_entropy_banned(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                       int64_t) {
+  TORCH_CHECK(false,
+              "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.\n"
+              "Many models use a sigmoid layer right before the binary cross entropy layer.\n"
+              "In this case, combine the two layers using torch.nn.functional.binary_cross_entropy_with_logits\n"
+              "or torch.nn.BCEWithLogitsLoss.  binary_cross_entropy_with_logits and BCEWithLogits are\n"
+              "safe to autocast.");
+}
+
+}  // namespace neuron
+
+using namespace neuron;
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &neuron::neuron_sdp_choice)
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>()); }
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(neuron_empty));
+  m.impl("empty_strided", TORCH_FN(neuron_empty_strided));
+  m.impl("_efficientzerotensor", TORCH_FN(neuron_efficientzerotensor));
+  m.impl("_copy_from", TORCH_FN(neuron_copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(neuron_copy_from_and_resize));
+  m.impl("resize_", TORCH_FN(neuron_resize_));
+  m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
+  m.impl("view", TORCH_FN(at::native::view));
+  m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
+  m.impl("set_.source_Storage", TORCH_FN(at::native::set_));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(neuron_set_storage_));
+  m.impl("set_.source_Tensor", TORCH_FN(at::native::set_tensor_));
+  m.impl("set_", TORCH_FN(neuron_set_empty_));
+  m.impl("_local_scalar_dense", TORCH_FN(at::native::_local_scalar_dense_cpu));
+  m.impl("native_dropout", TORCH_FN(neuron_native_dropout));
+  m.impl("record_stream", TORCH_FN(record_stream_noop));
+  m.impl("histc", torch::CppFunction::makeFromBoxedFunction<&neuron_histc>());
+  m.impl("histc.out", torch::CppFunction::makeFromBoxedFunction<&neuron_histc>());
+  // Composites that route by device type to kernels that do not exist here.
+  m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+  m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+}
+
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(neuron_has_compatible_shallow_copy_type));
+}
+
+// copy_ between conjugate/negative views would otherwise re-enter copy_ from
+// the Conjugate/Negative fallbacks forever.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+// Autocast with CUDA's op policy.
+TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) { m.fallback(torch::CppFunction::makeFallthrough()); }
+
+namespace at::autocast {
+#define ADD_NS(RAW_OP) at::RAW_OP
+TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
+#define _NEURON_LOW(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, lower_precision_fp)
+  AT_FORALL_LOWER_PRECISION_FP(_NEURON_LOW)
+#define _NEURON_FP32(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32)
+  AT_FORALL_FP32(_NEURON_FP32)
+#define _NEURON_FP32_OPT(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32_set_opt_dtype)
+  AT_FORALL_FP32_SET_OPT_DTYPE(_NEURON_FP32_OPT)
+  AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(KERNEL_DIFFERENT_REDISPATCH_SIGNATURE_PRIVATEUSEONE)
+#define _NEURON_PROMOTE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, promote)
+  AT_FORALL_PROMOTE(_NEURON_PROMOTE)
+  m.impl(TORCH_SELECTIVE_NAME("aten::binary_cross_entropy"), TORCH_FN(neuron::binary_cross_entropy_banned));
+}
+}  // namespace at::autocast
+
+// Ops with both a CPU kernel and a device-generic composite would run the
+// composite on neuron (different numerics, or meta + out= round trips): send
+// them to the CPU kernel like everything else.
+namespace neuron {
+int register_cpu_kernel_routes() {
+  static std::vector<std::unique_ptr<torch::Library>> libs;
+  static int count = -1;
+  if (count >= 0) return count;
+  count = 0;
+  auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                              __FILE__, __LINE__);
+  auto& d = c10::Dispatcher::singleton();
+  for (const auto& name : d.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) continue;
+    auto op = d.findOp(name);
+    if (!op) continue;
+    if (op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;
+    if (!op->hasKernelForDispatchKey(c10::DispatchKey::CPU)) continue;
+    if (!op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) &&
+        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional))
+      continue;
+    std::string full = name.name + (name.overload_name.empty() ? "" : "." + name.overload_name);
+    lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+    ++count;
+  }
+  libs.push_back(std::move(lib));
+  return count;
+}
+}  // namespace neuron

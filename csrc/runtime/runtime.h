@@ -1,0 +1,99 @@
+// The runtime interface: the only surface the PyTorch layer uses to reach a
+// NeuronCore. The simulator in simulator.cpp implements it on host memory; a
+// hardware runtime would implement the same calls on the device driver.
+// Deliberately free of PyTorch headers so it can be swapped without touching
+// the registration code.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace neuron::rt {
+
+// A validation error in the instance configuration (environment variables).
+struct ConfigError : std::exception {
+  explicit ConfigError(std::string msg) : msg_(std::move(msg)) {}
+  const char* what() const noexcept override { return msg_.c_str(); }
+  std::string msg_;
+};
+
+struct ChipSpec {
+  std::string name;            // "trn1", "trn2", "trn3"
+  int physical_cores = 0;      // NeuronCores per chip
+  uint64_t hbm_bytes = 0;      // HBM per chip
+  double hbm_bandwidth = 0;    // bytes per second per chip
+  double bf16_flops = 0;       // dense BF16 FLOP/s per chip
+  uint64_t sbuf_bytes = 0;     // SBUF per physical core
+  uint64_t psum_bytes = 0;     // PSUM per physical core
+  std::vector<int> lnc_allowed;
+};
+
+// One torch device: a logical NeuronCore.
+struct CoreInfo {
+  int index = 0;            // torch device index (position among visible cores)
+  int logical_id = 0;       // instance-wide logical core id
+  int chip = 0;             // chip ("neuron device") it lives on
+  std::vector<int> physical_cores;
+  uint64_t hbm_capacity = 0;
+};
+
+struct InstanceInfo {
+  std::string instance_type;
+  ChipSpec chip;
+  int num_chips = 0;
+  int lnc = 0;                    // physical cores per logical core
+  int logical_cores_total = 0;    // on the whole instance
+  std::vector<CoreInfo> visible;  // the cores this process may use
+};
+
+struct MemoryCounters {
+  uint64_t allocated_current = 0, allocated_peak = 0;
+  uint64_t allocated_total = 0, freed_total = 0;
+  uint64_t num_allocs = 0, num_frees = 0, num_ooms = 0;
+  uint64_t live_count = 0, live_count_peak = 0;
+  uint64_t capacity = 0;
+};
+
+enum class AllocStatus { Ok, OutOfDeviceMemory, OutOfHostMemory };
+
+// Parses the environment (NEURON_LOGICAL_NC_CONFIG, NEURON_RT_VISIBLE_CORES,
+// NEURON_RT_NUM_CORES, TORCH_NEURONX_INSTANCE_TYPE); throws ConfigError.
+InstanceInfo describe_instance();
+
+// The process-wide runtime. Cheap to call; built on first use.
+class Runtime {
+ public:
+  static Runtime& get();
+
+  // True once get() has built the runtime in this process.
+  static bool started();
+
+  const InstanceInfo& instance() const { return info_; }
+  int device_count() const { return static_cast<int>(info_.visible.size()); }
+
+  // Device memory. allocate() never throws; it reports why it failed.
+  AllocStatus allocate(int device, size_t nbytes, void** out);
+  // Returns false (and does nothing) when ptr is not device memory.
+  bool free(void* ptr);
+  // Which device owns ptr (or -1): for pointers handed in from outside.
+  int device_of(const void* ptr) const;
+
+  // DMA between any two buffers (host or device).
+  void copy(void* dst, const void* src, size_t nbytes);
+  // Execution is synchronous in the simulator; kept for the interface.
+  void synchronize(int device);
+
+  MemoryCounters memory(int device) const;
+  void reset_peak(int device);
+  void reset_accumulated(int device);
+
+ private:
+  Runtime();
+  InstanceInfo info_;
+  struct State;
+  State* state_;
+};
+
+}  // namespace neuron::rt

@@ -1,0 +1,19 @@
+"""Builds the C++ device core (torch_neuronx._C) with torch.utils.cpp_extension."""
+import glob
+
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+sources = sorted(glob.glob("csrc/*.cpp") + glob.glob("csrc/runtime/*.cpp"))
+
+setup(
+    ext_modules=[
+        CppExtension(
+            "torch_neuronx._C",
+            sources,
+            include_dirs=["csrc"],
+            extra_compile_args=["-O2", "-Wno-unused-parameter"],
+        )
+    ],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+)

@@ -1,0 +1,34 @@
+"""Registers `neuron` with PyTorch (PrivateUse1): name, device module, methods."""
+import threading
+
+import torch
+
+from . import _C
+
+_lock = threading.Lock()
+_done = False
+
+
+def _autoload():
+    """Entry point of the ``torch.backends`` group: runs at ``import torch``."""
+    global _done
+    with _lock:
+        if _done:
+            return
+        torch.utils.rename_privateuse1_backend("neuron")
+        from . import neuron as device_module
+
+        torch._register_device_module("neuron", device_module)
+        torch.utils.generate_methods_for_privateuse1_backend(
+            for_tensor=True, for_module=True, for_storage=True
+        )
+        _C._register_cpu_kernel_routes()
+        from . import _compat
+
+        _compat.apply()
+        _done = True
+
+
+def is_neuron_runtime_initialized() -> bool:
+    """True once this process has used a neuron device."""
+    return _C._is_initialized()

@@ -1,0 +1,108 @@
+"""Device memory statistics of torch.neuron (per logical NeuronCore)."""
+import collections
+
+from .. import _C
+from .device import _checked
+
+# The simulator does not cache: memory returns to the core as soon as a tensor
+# dies, so reserved == active == allocated.
+_BYTE_STATS = ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes")
+
+
+def memory_stats(device=None) -> dict:
+    """Allocator statistics, CUDA-style flattened keys (e.g. ``allocated_bytes.all.current``)."""
+    c = _C._memory_counters(_checked(device))
+    stats = collections.OrderedDict()
+    for key in _BYTE_STATS:
+        for name, value in (("current", c["allocated_current"]), ("peak", c["allocated_peak"]),
+                            ("allocated", c["allocated_total"]), ("freed", c["freed_total"])):
+            stats[f"{key}.all.{name}"] = value
+    for key in ("allocation", "active", "segment"):
+        for name, value in (("current", c["live_count"]), ("peak", c["live_count_peak"]),
+                            ("allocated", c["num_allocs"]), ("freed", c["num_frees"])):
+            stats[f"{key}.all.{name}"] = value
+    stats["allocation_requests"] = c["num_allocs"]
+    stats["num_tensor_frees"] = c["num_frees"]
+    stats["num_alloc_retries"] = 0
+    stats["num_ooms"] = c["num_ooms"]
+    stats["num_device_alloc"] = c["num_allocs"]
+    stats["num_device_free"] = c["num_frees"]
+    return dict(sorted(stats.items()))
+
+
+def memory_allocated(device=None) -> int:
+    """Bytes of device memory held by tensors."""
+    return _C._memory_counters(_checked(device))["allocated_current"]
+
+
+def max_memory_allocated(device=None) -> int:
+    """Peak of memory_allocated since start or the last reset."""
+    return _C._memory_counters(_checked(device))["allocated_peak"]
+
+
+def memory_reserved(device=None) -> int:
+    """Bytes reserved by the allocator (equal to allocated: no cache)."""
+    return memory_allocated(device)
+
+
+def max_memory_reserved(device=None) -> int:
+    """Peak of memory_reserved."""
+    return max_memory_allocated(device)
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    """Reset the peaks to the current values."""
+    _C._reset_peak(_checked(device))
+
+
+def reset_max_memory_allocated(device=None) -> None:
+    """Alias of reset_peak_memory_stats."""
+    reset_peak_memory_stats(device)
+
+
+def reset_accumulated_memory_stats(device=None) -> None:
+    """Reset the allocated/freed totals and the counters."""
+    _C._reset_accumulated(_checked(device))
+
+
+def empty_cache() -> None:
+    """Nothing to release: the simulator returns memory to the core immediately."""
+
+
+def mem_get_info(device=None) -> tuple:
+    """(free, total) bytes of the logical NeuronCore's HBM."""
+    c = _C._memory_counters(_checked(device))
+    return c["capacity"] - c["allocated_current"], c["capacity"]
+
+
+def _fmt(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024.0
+
+
+def memory_summary(device=None, abbreviated: bool = False) -> str:
+    """A printable table of the device's memory statistics."""
+    idx = _checked(device)
+    c = _C._memory_counters(idx)
+    rows = [
+        ("Allocated memory", c["allocated_current"], c["allocated_peak"], c["allocated_total"], c["freed_total"]),
+        ("Reserved memory", c["allocated_current"], c["allocated_peak"], c["allocated_total"], c["freed_total"]),
+    ]
+    lines = [
+        f"|{'=' * 75}|",
+        f"| {'Neuron memory summary, device neuron:' + str(idx):<74}|",
+        f"| {'HBM capacity: ' + _fmt(c['capacity']) + '   OOMs: ' + str(c['num_ooms']):<74}|",
+        f"|{'-' * 75}|",
+        f"| {'Metric':<22}| {'Cur Usage':>11} | {'Peak Usage':>11} | {'Tot Alloc':>10} | {'Tot Freed':>10} |",
+        f"|{'-' * 75}|",
+    ]
+    for name, cur, peak, tot, freed in rows:
+        lines.append(f"| {name:<22}| {_fmt(cur):>11} | {_fmt(peak):>11} | {_fmt(tot):>10} | {_fmt(freed):>10} |")
+    lines.append(
+        f"| {'Tensor allocations':<22}| {c['live_count']:>11} | {c['live_count_peak']:>11} | "
+        f"{c['num_allocs']:>10} | {c['num_frees']:>10} |"
+    )
+    lines.append(f"|{'=' * 75}|")
+    return "\n".join(lines) + "\n"
