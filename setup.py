@@ -1,5 +1,10 @@
 """Builds the C++ device core (torch_neuronx._C) with torch.utils.cpp_extension."""
 import glob
+import os
+
+# Importing torch would autoload the installed torch_neuronx (an older build,
+# or this half-built tree): the build only needs torch itself.
+os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension

@@ -24,6 +24,9 @@ namespace neuron {
 namespace {
 
 std::atomic<bool> g_in_bad_fork{false};
+// Set by the first use of a device (allocation, explicit init), not by merely
+// reading the configuration: what "initialized" means for fork safety.
+std::atomic<bool> g_initialized{false};
 
 std::string format_bytes(uint64_t n) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -40,7 +43,7 @@ std::string format_bytes(uint64_t n) {
 
 // Fork after the runtime is up: the child cannot own the parent's cores.
 void mark_child_bad_fork() {
-  if (rt::Runtime::started()) g_in_bad_fork.store(true);
+  if (g_initialized.load()) g_in_bad_fork.store(true);
 }
 
 }  // namespace
@@ -66,8 +69,12 @@ void lazy_init() {
   TORCH_CHECK(!g_in_bad_fork.load(),
               "Cannot re-initialize Neuron runtime in forked subprocess. To use Neuron with "
               "multiprocessing, use the 'spawn' start method");
+  if (g_initialized.load(std::memory_order_acquire)) return;
   runtime();
+  g_initialized.store(true, std::memory_order_release);
 }
+
+bool is_initialized() { return g_initialized.load(std::memory_order_acquire); }
 
 bool in_bad_fork() { return g_in_bad_fork.load(); }
 
@@ -167,7 +174,7 @@ struct NeuronAllocator final : c10::DeviceAllocator {
   void copy_data(void* dst, const void* src, std::size_t count) const override {
     rt::Runtime::get().copy(dst, src, count);
   }
-  bool initialized() override { return rt::Runtime::started(); }
+  bool initialized() override { return is_initialized(); }
   // No caching: memory goes back to the core as soon as a tensor dies, so
   // reserved == allocated and empty_cache has nothing to release.
   void emptyCache(c10::MempoolId_t) override {}
@@ -462,7 +469,7 @@ struct NeuronHooks final : at::PrivateUse1HooksInterface {
   }
   bool isPinnedPtr(const void* data) const override { return g_pinned.contains(data); }
   c10::Allocator* getPinnedMemoryAllocator() const override { return &g_pinned; }
-  bool hasPrimaryContext(c10::DeviceIndex) const override { return rt::Runtime::started(); }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return is_initialized(); }
   void init() const override { lazy_init(); }
   c10::DeviceIndex deviceCount() const override { return static_cast<c10::DeviceIndex>(device_count()); }
   void setCurrentDevice(c10::DeviceIndex device) const override { set_device_process_wide(device); }

@@ -1,8 +1,12 @@
 // Python bindings of the device core (torch_neuronx._C).
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/autograd/engine.h>
 #include <torch/extension.h>
 
 #include "neuron.h"
+
+#include <chrono>
+#include <thread>
 
 namespace neuron {
 int register_cpu_kernel_routes();
@@ -61,10 +65,21 @@ py::dict memory_counters(int device) {
   return d;
 }
 
+// Autograd starts one worker thread per device. Left alone they wake up during
+// static destruction, after Python finalised, and abort the process
+// ("terminate called without an active exception"). Stop them at exit while
+// Python is alive, and let them tear down their thread states.
+void shutdown_autograd_threads() {
+  py::gil_scoped_release no_gil;
+  torch::autograd::Engine::get_default_engine().stop();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_register_cpu_kernel_routes", &register_cpu_kernel_routes);
+  m.def("_shutdown_autograd_threads", &shutdown_autograd_threads);
   m.def("_instance_info", &instance_info);
   m.def("_device_count", [] {
     try {
@@ -85,7 +100,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return old;
   });
   m.def("_init", &lazy_init);
-  m.def("_is_initialized", [] { return rt::Runtime::started(); });
+  m.def("_is_initialized", &is_initialized);
   m.def("_is_in_bad_fork", &in_bad_fork);
   m.def("_synchronize", [](int i) {
     check_device_index(i);

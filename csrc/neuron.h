@@ -19,6 +19,7 @@ c10::DeviceIndex current_device();
 void check_device_index(c10::DeviceIndex index);
 // Marks the runtime as used by this process (fork detection) and validates it.
 void lazy_init();
+bool is_initialized();
 bool in_bad_fork();
 // torch.neuron.set_device: the process-wide current device (threads inherit it).
 void set_device_process_wide(c10::DeviceIndex index);

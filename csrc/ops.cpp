@@ -128,8 +128,7 @@ void record_fallback(OpMeta& meta, const std::string& reason) {
     g_fallbacks[meta.name].insert(reason);
   }
   if (!meta.warned.exchange(true)) {
-    TORCH_WARN("Operator '", meta.name, "' executed via CPU fallback (", reason,
-               "); it is not native on Trainium and will be slow there");
+    TORCH_WARN("Operator '", meta.name, "' executed via CPU fallback (", reason, ")");
   }
 }
 
@@ -258,9 +257,9 @@ void cpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
 
   auto convert = [&](const at::Tensor& t, size_t i, bool allow_cpu) -> at::Tensor {
     if (!t.defined()) return t;
-    if (auto* r = non_native_dtype(t.scalar_type())) odd_dtype = r;
     const auto dtype = t.device().type();
     if (dtype == kNeuron) {
+      if (auto* r = non_native_dtype(t.scalar_type())) odd_dtype = r;
       if (dev < 0) {
         dev = t.device().index();
       } else if (t.device().index() != dev) {
@@ -630,6 +629,21 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
 }
 
+namespace neuron {
+namespace {
+void reject_sparse(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack*) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "'", op.schema().name(), "' on a sparse neuron tensor: Trainium has no sparse "
+                              "kernels, so neuron supports only strided (dense) tensors. Keep sparse tensors on "
+                              "CPU and move dense results with .to('neuron').");
+}
+}  // namespace
+}  // namespace neuron
+
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&reject_sparse>()); }
+TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&reject_sparse>());
+}
+
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
   m.impl("_has_compatible_shallow_copy_type", TORCH_FN(neuron_has_compatible_shallow_copy_type));
 }
@@ -683,7 +697,8 @@ int register_cpu_kernel_routes() {
     if (op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;
     if (!op->hasKernelForDispatchKey(c10::DispatchKey::CPU)) continue;
     if (!op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) &&
-        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional))
+        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) &&
+        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd))
       continue;
     std::string full = name.name + (name.overload_name.empty() ? "" : "." + name.overload_name);
     lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());

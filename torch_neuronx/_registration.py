@@ -1,4 +1,5 @@
 """Registers `neuron` with PyTorch (PrivateUse1): name, device module, methods."""
+import atexit
 import threading
 
 import torch
@@ -9,8 +10,8 @@ _lock = threading.Lock()
 _done = False
 
 
-def _autoload():
-    """Entry point of the ``torch.backends`` group: runs at ``import torch``."""
+def register():
+    """Register the device with PyTorch (idempotent)."""
     global _done
     with _lock:
         if _done:
@@ -26,6 +27,7 @@ def _autoload():
         from . import _compat
 
         _compat.apply()
+        atexit.register(_C._shutdown_autograd_threads)
         _done = True
 
 

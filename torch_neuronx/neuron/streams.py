@@ -9,21 +9,28 @@ import torch
 from .device import _checked
 
 
-class Stream(torch.Stream):
-    """A neuron stream (``torch.Stream`` on device ``neuron``)."""
+class _OnNeuron(type(torch.Stream)):
+    # Instances are PyTorch's own Stream/Event objects (its C++ checks want the
+    # exact types); isinstance() still recognises the neuron ones.
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, cls.__mro__[1]) and obj.device.type == "neuron"
+
+
+class Stream(torch.Stream, metaclass=_OnNeuron):
+    """A neuron stream (a ``torch.Stream`` on device ``neuron``)."""
 
     def __new__(cls, device=None, priority=0, **kwargs):
-        if "stream_id" in kwargs:  # rebuilt from an existing stream
-            return super().__new__(cls, priority=priority, **kwargs)
-        return super().__new__(cls, device=torch.device("neuron", _checked(device)), priority=priority)
+        if "stream_id" in kwargs:  # an existing stream by id
+            return torch.Stream(priority=priority, **kwargs)
+        return torch.Stream(device=torch.device("neuron", _checked(device)), priority=priority)
 
 
-class Event(torch.Event):
-    """A neuron event (``torch.Event`` on device ``neuron``)."""
+class Event(torch.Event, metaclass=_OnNeuron):
+    """A neuron event (a ``torch.Event`` on device ``neuron``); timing is real."""
 
     def __new__(cls, enable_timing=False, blocking=False, interprocess=False, device=None):
-        return super().__new__(
-            cls, device=torch.device("neuron", _checked(device)), enable_timing=enable_timing,
+        return torch.Event(
+            device=torch.device("neuron", _checked(device)), enable_timing=enable_timing,
             blocking=blocking, interprocess=interprocess,
         )
 

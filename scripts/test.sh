@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The test command: set up from nothing, then run the whole suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export HF_HUB_OFFLINE=1
+python -m pytest -q -ra --timeout=1800 "$@"

@@ -1,0 +1,89 @@
+"""Per-core HBM accounting and out-of-memory behaviour."""
+import pytest
+import torch
+
+GiB = 2**30
+
+
+def test_allocation_is_accounted_on_its_core():
+    torch.neuron.synchronize()
+    before = [torch.neuron.memory_allocated(i) for i in range(4)]
+    t = torch.empty(1 << 20, dtype=torch.uint8, device="neuron:2")
+    assert torch.neuron.memory_allocated(2) == before[2] + (1 << 20)
+    assert torch.neuron.memory_allocated(1) == before[1]
+    assert torch.accelerator.memory_allocated(2) == torch.neuron.memory_allocated(2)
+    del t
+    assert torch.neuron.memory_allocated(2) == before[2]
+
+
+def test_results_of_ops_are_device_memory():
+    x = torch.ones(1000, device="neuron:1")
+    before = torch.neuron.memory_allocated(1)
+    y = x * 2  # produced by the CPU kernel, adopted as device memory
+    assert torch.neuron.memory_allocated(1) == before + 4000
+    del y
+    assert torch.neuron.memory_allocated(1) == before
+
+
+def test_out_of_memory_is_typed_and_harmless():
+    x = torch.ones(10, device="neuron:0")
+    torch.neuron.reset_peak_memory_stats(0)
+    before = torch.neuron.memory_stats(0)
+    with pytest.raises(torch.OutOfMemoryError) as info:
+        torch.empty(25 * GiB, dtype=torch.uint8, device="neuron:0")
+    msg = str(info.value)
+    assert "neuron:0" in msg and "25.00 GiB" in msg and "24.00 GiB" in msg and "free" in msg
+    after = torch.neuron.memory_stats(0)
+    assert after["allocated_bytes.all.current"] == before["allocated_bytes.all.current"]
+    assert after["num_ooms"] == before["num_ooms"] + 1
+    assert torch.equal((x + 1).cpu(), torch.full((10,), 2.0))  # still works
+
+
+def test_out_of_memory_inside_an_op():
+    big = torch.empty(13 * GiB, dtype=torch.uint8, device="neuron:3")  # not touched: lazily paged
+    with pytest.raises(torch.OutOfMemoryError):
+        big.clone()
+    assert torch.neuron.memory_allocated(3) == 13 * GiB
+    del big
+    assert torch.neuron.memory_allocated(3) == 0
+
+
+def test_capacity_is_per_core():
+    a = torch.empty(13 * GiB, dtype=torch.uint8, device="neuron:0")
+    with pytest.raises(torch.OutOfMemoryError):
+        torch.empty(13 * GiB, dtype=torch.uint8, device="neuron:0")
+    b = torch.empty(13 * GiB, dtype=torch.uint8, device="neuron:1")  # another core: fits
+    free, total = torch.neuron.mem_get_info(0)
+    assert total == 24 * GiB and free == total - torch.neuron.memory_allocated(0)
+    assert torch.accelerator.get_memory_info(1) == torch.neuron.mem_get_info(1)
+    del a, b
+
+
+def test_peak_and_reset():
+    torch.neuron.reset_peak_memory_stats(1)
+    base = torch.neuron.memory_allocated(1)
+    t = torch.empty(4096, dtype=torch.uint8, device="neuron:1")
+    del t
+    assert torch.neuron.max_memory_allocated(1) == base + 4096
+    assert torch.accelerator.max_memory_allocated(1) == base + 4096
+    torch.neuron.reset_peak_memory_stats(1)
+    assert torch.neuron.max_memory_allocated(1) == base
+    stats = torch.neuron.memory_stats(1)
+    for key in ("allocated_bytes.all.current", "reserved_bytes.all.peak", "active_bytes.all.allocated",
+                "num_alloc_retries", "num_ooms", "num_tensor_frees", "allocation_requests"):
+        assert key in stats
+    torch.neuron.reset_accumulated_memory_stats(1)
+    assert torch.neuron.memory_stats(1)["allocation_requests"] == 0
+    assert "Neuron memory summary" in torch.neuron.memory_summary(1)
+    torch.neuron.empty_cache()
+
+
+def test_resize_grows_on_the_device():
+    t = torch.ones(4, device="neuron:2")
+    before = torch.neuron.memory_allocated(2)
+    t.resize_(1000)
+    assert torch.neuron.memory_allocated(2) == before - 16 + 4000
+    assert torch.equal(t[:4].cpu(), torch.ones(4))
+    s = torch.ones(2, device="neuron:2").untyped_storage()
+    s.resize_(64)
+    assert s.nbytes() == 64

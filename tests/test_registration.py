@@ -1,0 +1,53 @@
+"""import torch alone registers the device (torch.backends entry point)."""
+import torch
+
+from helpers import run_python
+
+
+def test_plain_import_torch_registers_neuron():
+    r = run_python(
+        "import torch, sys\n"
+        "assert 'torch_neuronx' in sys.modules\n"
+        "print(torch.neuron.is_available(), torch.accelerator.current_accelerator(), "
+        "torch._C._get_privateuse1_backend_name())"
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "neuron", "neuron"]
+
+
+def test_generated_methods():
+    t = torch.ones(2)
+    n = t.neuron()
+    assert n.is_neuron and n.device == torch.device("neuron", torch.neuron.current_device())
+    assert not t.is_neuron
+    m = torch.nn.Linear(2, 2).neuron()
+    assert m.weight.is_neuron
+    assert torch.ones(1).untyped_storage().neuron().device.type == "neuron"
+
+
+def test_device_strings():
+    for spec in ("neuron", "neuron:1", torch.device("neuron", 2)):
+        t = torch.zeros(2, device=spec)
+        assert t.device.type == "neuron"
+    assert torch.zeros(1, device="neuron:3").device.index == 3
+
+
+def test_public_exports():
+    import torch_neuronx
+
+    for name in ("Stream", "Event", "get_fallback_ops", "get_executed_ops", "clear_op_tracking",
+                 "is_neuron_runtime_initialized"):
+        assert hasattr(torch_neuronx, name), name
+
+
+def test_hf_detection_paths():
+    """transformers / accelerate / kernels / diffusers detect the device unpatched."""
+    r = run_python(
+        "import importlib.util, importlib.metadata, torch\n"
+        "from transformers.utils import is_torch_neuron_available\n"
+        "assert importlib.util.find_spec('torch_neuronx')\n"
+        "assert importlib.metadata.version('torch-neuronx')\n"
+        "print(is_torch_neuron_available())\n"
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().endswith("True")

@@ -1,0 +1,55 @@
+"""``torch-neuronx``: command-line entry point of the package.
+
+Subcommands::
+
+    torch-neuronx ls [--json]        same as ``neuron-ls``
+    torch-neuronx demo [options]     train a tiny Llama on the neuron device (see ``demo --help``)
+    torch-neuronx --version
+"""
+from __future__ import annotations
+
+import sys
+
+USAGE = """\
+usage: torch-neuronx [-h] [--version] {ls,demo} ...
+
+AWS Trainium as the PyTorch device `neuron` (NeuronCore simulator when no hardware).
+
+subcommands:
+  ls      list Neuron devices and NeuronCores (same as `neuron-ls`; --json for JSON)
+  demo    train a tiny Llama-style language model on `neuron` and generate text
+
+Run `torch-neuronx <subcommand> --help` for the options of a subcommand.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE, end="")
+        return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"torch-neuronx {version('torch-neuronx')}")
+        except PackageNotFoundError:
+            print("torch-neuronx (not installed)")
+        return 0
+
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "ls":
+        from .tools import neuron_ls
+
+        return neuron_ls.main(rest)
+    if cmd == "demo":
+        from . import demo
+
+        return demo.main(rest)
+    print(USAGE, end="", file=sys.stderr)
+    print(f"torch-neuronx: error: unknown subcommand {cmd!r} (choose from 'ls', 'demo')", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
