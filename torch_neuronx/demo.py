@@ -100,7 +100,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         description="Train a tiny Llama-style character-level LM on the neuron device "
         "(NeuronCore simulator), then generate text with it.",
     )
-    p.add_argument("--steps", type=int, default=300, help="training steps (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=150, help="training steps (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=16, help="sequences per step (default: %(default)s)")
     p.add_argument("--seq-len", type=int, default=128, help="characters per sequence (default: %(default)s)")
     p.add_argument("--lr", type=float, default=2e-3, help="peak AdamW learning rate (default: %(default)s)")

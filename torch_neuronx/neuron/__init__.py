@@ -16,6 +16,7 @@ from .device import (
     set_device,
     synchronize,
 )
+from .._dynamo import get_dynamo_metrics, reset_dynamo_metrics
 from .memory import (
     empty_cache,
     max_memory_allocated,

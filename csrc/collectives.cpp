@@ -1,0 +1,516 @@
+// c10d collectives on `neuron` tensors.
+//
+// Device memory is host memory, so a collective on neuron tensors is the same
+// collective on zero-copy CPU views of them. Core PyTorch registers kernels of
+// the c10d ops (c10d::allreduce_, allgather_, ..., send, recv_, barrier) for
+// PrivateUse1 that hand the neuron tensors to the process group's PrivateUse1
+// backend, which gloo rejects. We replace those kernels: each neuron tensor
+// argument (Tensor, Tensor[], Tensor[][]) becomes a CPU view of the same
+// memory, and the op is redispatched to its CPU kernel, which runs it on the
+// process group's CPU backend (gloo, over TCP). Nothing is copied.
+//
+// On top of gloo this layer provides what gloo lacks:
+//   * ReduceOp.AVG: SUM, then the outputs are divided by the group size once
+//     the work has completed (Work::wait / isCompleted / getFuture).
+//   * ReduceOp.PREMUL_SUM(f): the inputs are multiplied by f, then SUM. In-place
+//     collectives (all_reduce, reduce) scale their in/out tensor; the others
+//     (reduce_scatter*) scale copies, so their inputs are left untouched.
+// The Work returned wraps gloo's: it applies the AVG division, and its
+// result() / getFuture() give the neuron tensors instead of the CPU views
+// (DDP's reducer builds gradient views from the future's value).
+#include "neuron.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/library.h>
+
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace neuron {
+namespace {
+
+using ViewMap = std::vector<std::pair<const c10::TensorImpl*, at::Tensor>>;  // CPU view -> neuron tensor
+
+// What runs once the collective has completed (ReduceOp.AVG's division, the
+// copy-out of an uneven all_to_all).
+struct PostProcess {
+  std::once_flag once;
+  std::vector<at::Tensor> targets;  // CPU views of the outputs
+  int64_t divisor = 1;
+  std::function<void()> then;
+
+  void run() {
+    std::call_once(once, [this] {
+      if (then) then();
+      if (divisor == 1) return;
+      for (auto& t : targets) {
+        if (!t.defined() || t.numel() == 0) continue;
+        if (c10::isIntegralType(t.scalar_type(), /*includeBool=*/false))
+          t.div_(divisor, "trunc");
+        else
+          t.div_(divisor);
+      }
+    });
+  }
+};
+
+at::Tensor to_neuron(const at::Tensor& t, const ViewMap& map) {
+  if (!t.defined()) return t;
+  for (const auto& [impl, n] : map)
+    if (impl == t.unsafeGetTensorImpl()) return n;
+  return t;
+}
+
+c10::IValue to_neuron(const c10::IValue& v, const ViewMap& map) {
+  if (v.isTensor()) return to_neuron(v.toTensor(), map);
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(to_neuron(t, map));
+    return out;
+  }
+  if (v.isList()) {
+    auto list = v.toList();
+    c10::impl::GenericList out(list.elementType());
+    for (const c10::IValue& e : list) out.push_back(to_neuron(e, map));
+    return out;
+  }
+  return v;
+}
+
+class NeuronWork : public c10d::Work {
+ public:
+  NeuronWork(c10::intrusive_ptr<c10d::Work> inner, std::shared_ptr<ViewMap> map, std::shared_ptr<PostProcess> post)
+      : c10d::Work(-1, inner->retrieveOpType()), inner_(std::move(inner)), map_(std::move(map)), post_(std::move(post)) {}
+
+  bool isCompleted() override {
+    if (!inner_->isCompleted()) return false;
+    if (inner_->isSuccess()) post_->run();
+    return true;
+  }
+  bool isSuccess() const override { return inner_->isSuccess(); }
+  std::exception_ptr exception() const override { return inner_->exception(); }
+  int sourceRank() const override { return inner_->sourceRank(); }
+  std::vector<at::Tensor> result() override {
+    auto r = inner_->result();
+    for (auto& t : r) t = to_neuron(t, *map_);
+    return r;
+  }
+  void synchronize() override {
+    inner_->synchronize();
+    post_->run();
+  }
+  bool wait(std::chrono::milliseconds timeout) override {
+    const bool ok = inner_->wait(timeout);
+    if (ok) post_->run();
+    return ok;
+  }
+  void blockCurrentStream() override { wait(kNoTimeout); }
+  void abort() override { inner_->abort(); }
+  float getDuration() const override { return inner_->getDuration(); }
+  uint64_t getSequencenumber() const override { return inner_->getSequencenumber(); }
+
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    std::lock_guard<std::mutex> lock(fut_mu_);
+    if (!fut_) {
+      auto inner_fut = inner_->getFuture();
+      auto map = map_;
+      auto post = post_;
+      // Captures no reference to this Work (the future outlives nothing here).
+      fut_ = inner_fut->then(
+          [map, post](c10::ivalue::Future& f) -> c10::IValue {
+            c10::IValue v = f.value();  // rethrows the collective's error
+            post->run();
+            return to_neuron(v, *map);
+          },
+          inner_fut->elementType());
+    }
+    return fut_;
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> inner_;
+  std::shared_ptr<ViewMap> map_;
+  std::shared_ptr<PostProcess> post_;
+  std::mutex fut_mu_;
+  c10::intrusive_ptr<c10::ivalue::Future> fut_;
+};
+
+// ---------------------------------------------------------------------------
+// Coalescing (dist._coalescing_manager(group, device=neuron)): gloo has no
+// startCoalescing/endCoalescing. Between start and end, the works of the
+// group's collectives on neuron tensors are collected; end returns one Work
+// that completes when all of them have. (The "fast path" ops the manager
+// captures are issued as one coalesced collective just before end.)
+class CoalescedWork : public c10d::Work {
+ public:
+  explicit CoalescedWork(std::vector<c10::intrusive_ptr<c10d::Work>> works)
+      : c10d::Work(-1, c10d::OpType::COALESCED), works_(std::move(works)) {}
+  bool isCompleted() override {
+    for (auto& w : works_)
+      if (!w->isCompleted()) return false;
+    return true;
+  }
+  bool isSuccess() const override {
+    for (auto& w : works_)
+      if (!w->isSuccess()) return false;
+    return true;
+  }
+  std::exception_ptr exception() const override {
+    for (auto& w : works_)
+      if (auto e = w->exception()) return e;
+    return nullptr;
+  }
+  std::vector<at::Tensor> result() override {
+    std::vector<at::Tensor> out;
+    for (auto& w : works_)
+      for (auto& t : w->result()) out.push_back(t);
+    return out;
+  }
+  void synchronize() override {
+    for (auto& w : works_) w->synchronize();
+  }
+  bool wait(std::chrono::milliseconds timeout) override {
+    bool ok = true;
+    for (auto& w : works_) ok = w->wait(timeout) && ok;
+    return ok;
+  }
+  void abort() override {
+    for (auto& w : works_) w->abort();
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    c10::List<c10::intrusive_ptr<c10::ivalue::Future>> futs(
+        c10::FutureType::create(c10::ListType::create(c10::TensorType::get())));
+    for (auto& w : works_) futs.push_back(w->getFuture());
+    auto all = c10::collectAll(futs);
+    return all->then(
+        [](c10::ivalue::Future& f) -> c10::IValue {
+          c10::List<at::Tensor> out;
+          for (const c10::IValue& v : f.value().toList()) {
+            auto value = v.toFuture()->value();  // rethrows a collective's error
+            if (value.isTensorList())
+              for (const at::Tensor& t : value.toTensorList()) out.push_back(t);
+          }
+          return out;
+        },
+        c10::ListType::create(c10::TensorType::get()));
+  }
+
+ private:
+  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
+};
+
+std::mutex g_coalesce_mu;
+std::unordered_map<const c10d::ProcessGroup*, std::vector<c10::intrusive_ptr<c10d::Work>>> g_coalescing;
+
+void track_for_coalescing(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const c10::intrusive_ptr<c10d::Work>& w) {
+  std::lock_guard<std::mutex> lock(g_coalesce_mu);
+  if (g_coalescing.empty()) return;
+  auto it = g_coalescing.find(pg.get());
+  if (it != g_coalescing.end()) it->second.push_back(w);
+}
+
+void start_coalescing(const std::string& group_name) {
+  auto pg = c10d::resolve_process_group(group_name);
+  std::lock_guard<std::mutex> lock(g_coalesce_mu);
+  // (a previous window left open by an exception in its body is dropped)
+  g_coalescing[pg.get()].clear();
+}
+
+c10::intrusive_ptr<c10d::Work> end_coalescing(const std::string& group_name) {
+  auto pg = c10d::resolve_process_group(group_name);
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  {
+    std::lock_guard<std::mutex> lock(g_coalesce_mu);
+    auto it = g_coalescing.find(pg.get());
+    TORCH_CHECK(it != g_coalescing.end(), "process group '", group_name, "' is not coalescing");
+    works = std::move(it->second);
+    g_coalescing.erase(it);
+  }
+  return c10::make_intrusive<CoalescedWork>(std::move(works));
+}
+
+bool is_class(const c10::TypePtr& t, const char* suffix) {
+  auto cls = t->cast<c10::ClassType>();
+  if (!cls || !cls->name()) return false;
+  const std::string q = cls->name()->qualifiedName();
+  const std::string s(suffix);
+  return q.size() >= s.size() && q.compare(q.size() - s.size(), s.size(), s) == 0;
+}
+
+// A process group created for neuron only (e.g. init_process_group() without a
+// backend) has no CPU backend; the CPU kernels we redispatch to need one. Use
+// the group's neuron backend for CPU too (gloo serves both).
+void ensure_cpu_backend(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  if (pg->hasBackendForDeviceType(c10::kCPU)) return;
+  TORCH_CHECK(pg->hasBackendForDeviceType(kNeuron), "process group '", pg->getGroupName(),
+              "' has no backend for device neuron; create it with backend \"neuron\" "
+              "(torch.distributed.init_process_group(\"neuron\"))");
+  auto backend = pg->getBackend(kNeuron);
+  using BT = c10d::ProcessGroup::BackendType;
+  for (BT bt : {BT::CUSTOM, BT::GLOO, BT::UNDEFINED, BT::NCCL, BT::UCC, BT::MPI, BT::XCCL}) {
+    try {
+      if (pg->getBackend(bt).get() == backend.get()) {
+        pg->setBackend(c10::kCPU, bt, backend);
+        return;
+      }
+    } catch (const c10::Error&) {
+    }
+  }
+  TORCH_CHECK(false, "process group '", pg->getGroupName(), "': cannot find the backend type of its neuron backend");
+}
+
+double premul_factor(const c10d::ReduceOp& rop) {
+  auto* sup = dynamic_cast<c10d::PreMulSumSupplement*>(rop.supplement_.get());
+  TORCH_CHECK(sup, "ReduceOp.PREMUL_SUM without a factor");
+  if (sup->tensor_factor.defined()) {
+    TORCH_CHECK(sup->tensor_factor.numel() == 1, "ReduceOp.PREMUL_SUM factor must have one element");
+    return sup->tensor_factor.item<double>();
+  }
+  return sup->double_factor;
+}
+
+// all_to_all with tensors of different sizes (gloo's list all_to_all takes
+// equal sizes only): one all_to_all_single with split sizes over a flat
+// staging buffer (gloo's own list all_to_all stages the same way), whose
+// slices are copied to the outputs when the work completes.
+bool uneven_all_to_all(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                       const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::shared_ptr<ViewMap>& map,
+                       const std::shared_ptr<PostProcess>& post) {
+  const size_t nargs = op.schema().arguments().size();
+  const size_t base = stack->size() - nargs;
+  auto outputs = (*stack)[base].toTensorList().vec();
+  auto inputs = (*stack)[base + 1].toTensorList().vec();
+  const int64_t world = pg->getSize();
+  TORCH_CHECK(static_cast<int64_t>(outputs.size()) == world && static_cast<int64_t>(inputs.size()) == world,
+              "all_to_all: expected ", world, " input and output tensors, got ", inputs.size(), " and ",
+              outputs.size());
+  bool even = true;
+  for (size_t i = 0; i < outputs.size(); ++i)
+    even = even && outputs[i].sizes() == outputs[0].sizes() && inputs[i].sizes() == inputs[0].sizes() &&
+           outputs[i].sizes() == inputs[0].sizes();
+  if (even) return false;
+  const auto dtype = inputs[0].scalar_type();
+  std::vector<int64_t> in_splits, out_splits;
+  std::vector<at::Tensor> flat_in;
+  for (auto& t : inputs) {
+    TORCH_CHECK(t.scalar_type() == dtype, "all_to_all: all tensors must have one dtype, got ", dtype, " and ",
+                t.scalar_type());
+    in_splits.push_back(t.numel());
+    flat_in.push_back(t.reshape({-1}));
+  }
+  for (auto& t : outputs) {
+    TORCH_CHECK(t.scalar_type() == dtype, "all_to_all: all tensors must have one dtype, got ", dtype, " and ",
+                t.scalar_type());
+    out_splits.push_back(t.numel());
+  }
+  auto send = at::cat(flat_in);
+  auto recv = at::empty({std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0})}, send.options());
+  c10d::AllToAllOptions opts;
+  const int64_t timeout = (*stack)[base + nargs - 1].toInt();
+  if (timeout >= 0) opts.timeout = std::chrono::milliseconds(timeout);
+  post->then = [outputs, recv, out_splits] {
+    int64_t off = 0;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      outputs[i].copy_(recv.narrow(0, off, out_splits[i]).view(outputs[i].sizes()));
+      off += out_splits[i];
+    }
+  };
+  // (gloo may move from the split vectors: pass copies)
+  auto out_counts = out_splits;
+  auto in_counts = in_splits;
+  auto work = pg->getBackend(c10::kCPU)->alltoall_base(recv, send, out_counts, in_counts, opts);
+  torch::jit::drop(*stack, nargs);
+  c10::List<at::Tensor> outs;
+  for (auto& t : outputs) outs.push_back(to_neuron(t, *map));
+  torch::jit::push(*stack, std::move(outs));
+  c10::intrusive_ptr<c10d::Work> w = c10::make_intrusive<NeuronWork>(work, map, post);
+  track_for_coalescing(pg, w);
+  torch::jit::push(*stack, c10::IValue(std::move(w)));
+  return true;
+}
+
+void collective_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const auto& args = schema.arguments();
+  const size_t nargs = args.size();
+  const size_t base = stack->size() - nargs;
+  const std::string& opname = schema.name();
+
+  auto map = std::make_shared<ViewMap>();
+  c10::DeviceIndex dev = -1;
+  std::string cpu_arg;
+  c10::Device cpu_device(c10::kCPU);
+
+  auto convert = [&](const at::Tensor& t, const std::string& arg) -> at::Tensor {
+    if (!t.defined()) return t;
+    if (t.device().type() != kNeuron) {
+      if (cpu_arg.empty()) {
+        cpu_arg = arg;
+        cpu_device = t.device();
+      }
+      return t;
+    }
+    TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == c10::kStrided, opname, ": argument '", arg,
+                                "' is a ", t.layout(), " neuron tensor; collectives on neuron take dense tensors");
+    const auto idx = t.device().index();
+    if (dev < 0) {
+      dev = idx;
+    } else {
+      TORCH_CHECK(idx == dev, opname, ": all tensors of a collective must be on the same neuron device, but argument '",
+                  arg, "' is on neuron:", static_cast<int>(idx), " and others on neuron:", static_cast<int>(dev));
+    }
+    auto c = cpu_view_of(t);
+    map->emplace_back(c.unsafeGetTensorImpl(), t);
+    return c;
+  };
+  auto convert_list = [&](const c10::List<at::Tensor>& list, const std::string& arg) {
+    c10::List<at::Tensor> out;
+    out.reserve(list.size());
+    for (const at::Tensor& t : list) out.push_back(convert(t, arg));
+    return out;
+  };
+
+  int reduce_idx = -1, pg_idx = -1;
+  for (size_t i = 0; i < nargs; ++i) {
+    c10::IValue& v = (*stack)[base + i];
+    const std::string& name = args[i].name();
+    if (v.isTensor()) {
+      v = convert(v.toTensor(), name);
+    } else if (v.isTensorList()) {
+      v = convert_list(v.toTensorList(), name);
+    } else if (v.isList()) {  // Tensor[][]
+      auto list = v.toList();
+      c10::impl::GenericList out(list.elementType());
+      for (const c10::IValue& e : list) out.push_back(e.isTensorList() ? c10::IValue(convert_list(e.toTensorList(), name)) : e);
+      v = std::move(out);
+    } else if (is_class(args[i].type(), "c10d.ReduceOp")) {
+      reduce_idx = static_cast<int>(i);
+    } else if (is_class(args[i].type(), "c10d.ProcessGroup")) {
+      pg_idx = static_cast<int>(i);
+    }
+  }
+  TORCH_CHECK(cpu_arg.empty() || dev < 0, opname, ": expected all tensors of the collective on neuron:",
+              static_cast<int>(dev), ", but argument '", cpu_arg, "' has a tensor on ", cpu_device,
+              ". Move it with .to('neuron') (or run the whole collective on CPU tensors).");
+  TORCH_CHECK(pg_idx >= 0, opname, ": no process group argument");
+  auto pg = (*stack)[base + pg_idx].toCustomClass<c10d::ProcessGroup>();
+  ensure_cpu_backend(pg);
+
+  auto post = std::make_shared<PostProcess>();
+  if (reduce_idx >= 0) {
+    auto rop = (*stack)[base + reduce_idx].toCustomClass<c10d::ReduceOp>();
+    const auto kind = rop->op_;
+    if (kind == c10d::ReduceOp::AVG || kind == c10d::ReduceOp::PREMUL_SUM) {
+      // In-place reductions (all_reduce, reduce) have one "tensors" argument;
+      // the reduce_scatter family has outputs (arg 0) and inputs (arg 1).
+      const bool in_place = args[0].name() == "tensors";
+      auto collect = [](const c10::IValue& v, std::vector<at::Tensor>& out) {
+        if (v.isTensor()) {
+          out.push_back(v.toTensor());
+        } else if (v.isTensorList()) {
+          for (const at::Tensor& t : v.toTensorList()) out.push_back(t);
+        } else if (v.isList()) {
+          for (const c10::IValue& e : v.toList())
+            if (e.isTensorList())
+              for (const at::Tensor& t : e.toTensorList()) out.push_back(t);
+        }
+      };
+      if (kind == c10d::ReduceOp::AVG) {
+        collect((*stack)[base], post->targets);
+        post->divisor = pg->getSize();
+      } else {
+        const double f = premul_factor(*rop);
+        c10::IValue& inputs = (*stack)[base + (in_place ? 0 : 1)];
+        if (in_place) {
+          std::vector<at::Tensor> ts;
+          collect(inputs, ts);
+          for (auto& t : ts) t.mul_(f);
+        } else if (inputs.isTensor()) {
+          inputs = inputs.toTensor().mul(f);
+        } else if (inputs.isTensorList()) {
+          c10::List<at::Tensor> out;
+          for (const at::Tensor& t : inputs.toTensorList()) out.push_back(t.mul(f));
+          inputs = std::move(out);
+        } else if (inputs.isList()) {
+          auto list = inputs.toList();
+          c10::impl::GenericList out(list.elementType());
+          for (const c10::IValue& e : list) {
+            c10::List<at::Tensor> inner;
+            for (const at::Tensor& t : e.toTensorList()) inner.push_back(t.mul(f));
+            out.push_back(std::move(inner));
+          }
+          inputs = std::move(out);
+        }
+      }
+      (*stack)[base + reduce_idx] = c10::IValue(c10::make_intrusive<c10d::ReduceOp>(c10d::ReduceOp::SUM));
+    }
+  }
+
+  if (opname == "c10d::alltoall_" && uneven_all_to_all(op, stack, pg, map, post)) return;
+
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+
+  const size_t nrets = schema.returns().size();
+  for (size_t i = stack->size() - nrets; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (is_class(schema.returns()[i - (stack->size() - nrets)].type(), "c10d.Work")) {
+      auto inner = v.toCustomClass<c10d::Work>();
+      c10::intrusive_ptr<c10d::Work> w = c10::make_intrusive<NeuronWork>(std::move(inner), map, post);
+      track_for_coalescing(pg, w);
+      v = c10::IValue(std::move(w));
+    } else {
+      v = to_neuron(v, *map);
+    }
+  }
+}
+
+// Discards the dispatcher's "overriding a previously registered kernel"
+// warnings while we replace core's PrivateUse1 c10d kernels.
+struct SilentWarnings : c10::WarningHandler {
+  void process(const c10::Warning&) override {}
+};
+
+}  // namespace
+
+// Replaces the PrivateUse1 kernels of all c10d ops that have one; returns how
+// many (idempotent).
+int register_collective_routes() {
+  static std::unique_ptr<torch::Library> lib;
+  static int count = -1;
+  if (count >= 0) return count;
+  count = 0;
+  static SilentWarnings silent;
+  c10::WarningUtils::WarningHandlerGuard guard(&silent);
+  lib = std::make_unique<torch::Library>(torch::Library::IMPL, "c10d", c10::DispatchKey::PrivateUse1, __FILE__,
+                                         __LINE__);
+  auto& d = c10::Dispatcher::singleton();
+  for (const auto& name : d.getAllOpNames()) {
+    if (name.name.rfind("c10d::", 0) != 0) continue;
+    auto op = d.findOp(name);
+    if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;
+    if (!op->hasKernelForDispatchKey(c10::DispatchKey::CPU)) continue;
+    std::string full = name.name + (name.overload_name.empty() ? "" : "." + name.overload_name);
+    lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&collective_kernel>());
+    ++count;
+  }
+  return count;
+}
+
+}  // namespace neuron
+
+// torch.ops.neuron_c10d.{start,end}_coalescing, used by torch_neuronx.distributed
+// for ProcessGroup._start_coalescing / _end_coalescing on neuron.
+TORCH_LIBRARY(neuron_c10d, m) {
+  m.def("start_coalescing(str group_name) -> ()", &neuron::start_coalescing);
+  m.def("end_coalescing(str group_name) -> __torch__.torch.classes.c10d.Work", &neuron::end_coalescing);
+}

@@ -1,0 +1,57 @@
+"""Persistent compile cache: shared between processes, disable switch, location."""
+import json
+import os
+
+from helpers import run_python
+
+_PROGRAM = r"""
+import json, torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4)).to("neuron")
+x = torch.randn(8, 16, device="neuron")
+loss = torch.compile(model, backend="neuron")(x).pow(2).mean()
+loss.backward()
+m = torch.neuron.get_dynamo_metrics()
+print(json.dumps({k: m[k] for k in ("graphs_compiled", "cache_hits", "cache_misses")}
+                 | {"loss": loss.item(), "grad": model[0].weight.grad.sum().item()}))
+"""
+
+
+def _run(env):
+    r = run_python(_PROGRAM, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_second_process_hits_the_cache_unless_disabled(tmp_path):
+    env = {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path)}
+    cold = _run(env)
+    warm = _run(env)
+    assert cold["graphs_compiled"] == warm["graphs_compiled"] == 1
+    assert cold["cache_misses"] == 1 and cold["cache_hits"] == 0
+    assert warm["cache_hits"] == 1 and warm["cache_misses"] == 0
+    assert warm["loss"] == cold["loss"] and warm["grad"] == cold["grad"]
+    # Artifacts live under one versioned directory of the cache root.
+    (versioned,) = os.listdir(tmp_path)
+    assert versioned.startswith("torch-") and "neuronx-" in versioned
+    before = _tree(tmp_path)
+
+    # A warm cache is neither read nor written when the cache is disabled.
+    off = _run(dict(env, TORCH_NEURONX_NEFF_DISABLE_CACHE="1"))
+    assert off["graphs_compiled"] == 1 and off["cache_hits"] == 0 and off["cache_misses"] == 0
+    assert off["loss"] == cold["loss"]
+    assert _tree(tmp_path) == before
+
+
+def _tree(root):
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs)
+
+
+def test_default_cache_location(monkeypatch, tmp_path):
+    from torch_neuronx._dynamo import cache
+
+    monkeypatch.delenv("TORCH_NEURONX_NEFF_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache.cache_root() == str(tmp_path / "torch_neuronx" / "neff")
+    assert cache.cache_dir().startswith(str(tmp_path / "torch_neuronx" / "neff" / "torch-"))

@@ -1,0 +1,224 @@
+"""torch.distributed on neuron: c10d backend "neuron", collectives, DDP, FSDP2,
+tensor/sequence parallel, FSDP x TP, DCP, transformers DistributedConfig,
+accelerate launch, and faults. Multi-process checks run under torchrun (or
+plain processes for the fault tests) from the workers in ./workers."""
+import datetime
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+WORKERS = Path(__file__).parent / "workers"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _env():
+    env = dict(os.environ)
+    # the workers import the torch_neuronx of this tree, like the test process
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["HF_HUB_OFFLINE"] = "1"
+    env.pop("TORCH_DISTRIBUTED_DEBUG", None)
+    return env
+
+
+def torchrun(nproc, script, *args, timeout=300, env=None):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           str(WORKERS / script), *map(str, args)]
+    p = subprocess.run(cmd, env={**_env(), **(env or {})}, capture_output=True, text=True, timeout=timeout)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, f"{script} failed (rc {p.returncode}):\n{out[-6000:]}"
+    return p.stdout
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------
+# In-process (world size 1)
+
+
+@pytest.fixture
+def single_rank_group():
+    store = dist.HashStore()
+    dist.init_process_group("neuron", rank=0, world_size=1, store=store,
+                            timeout=datetime.timedelta(seconds=30))
+    yield dist.group.WORLD
+    dist.destroy_process_group()
+
+
+def test_backend_registration():
+    assert dist.Backend.NEURON == "neuron"
+    assert dist.Backend.backend_capability["neuron"] == ["neuron", "cpu"]
+    assert dist.Backend.default_device_backend_map["neuron"] == "neuron"
+    assert dist.Backend.default_device_backend_map["cpu"] == "gloo"  # CPU's default untouched
+    dump = torch._C._dispatch_dump("c10d::allreduce_")
+    pu1 = [line for line in dump.splitlines() if line.startswith("PrivateUse1")][0]
+    assert "collectives.cpp" in pu1, pu1
+
+
+def test_single_rank_group_uses_one_gloo_for_both_devices(single_rank_group):
+    pg = single_rank_group
+    assert dist.get_backend() == "neuron"
+    cpu_b, neuron_b = pg._get_backend(torch.device("cpu")), pg._get_backend(torch.device("neuron"))
+    assert cpu_b.name() == "gloo" and neuron_b.name() == "gloo"
+    assert cpu_b is neuron_b or cpu_b._get_backend_name() == neuron_b._get_backend_name()
+    x = torch.arange(6, dtype=torch.float32, device="neuron")
+    ptr = x.data_ptr()
+    dist.all_reduce(x, op=dist.ReduceOp.AVG)
+    assert x.device.type == "neuron" and x.data_ptr() == ptr
+    assert torch.equal(x.cpu(), torch.arange(6, dtype=torch.float32))
+    dist.all_reduce(x, op=dist._make_nccl_premul_sum(2.0))
+    assert torch.equal(x.cpu(), torch.arange(6, dtype=torch.float32) * 2)
+    w = dist.all_reduce(x, async_op=True)
+    (v,) = w.get_future().wait()
+    assert v.device.type == "neuron" and v.data_ptr() == ptr
+    dist.barrier(device_ids=[0])
+
+
+def test_mixed_devices_raise_clear_error(single_rank_group):
+    with pytest.raises(RuntimeError, match=r"neuron.*cpu|cpu.*neuron"):
+        dist.all_gather([torch.empty(2)], torch.ones(2, device="neuron"))
+
+
+def test_group_without_cpu_backend_still_works():
+    # init_process_group() without a backend maps only the accelerator (neuron).
+    dist.init_process_group("neuron:neuron", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        assert [d.type for d in dist.group.WORLD._device_types] == ["neuron"]
+        x = torch.ones(3, device="neuron")
+        dist.all_reduce(x)
+        assert torch.equal(x.cpu(), torch.ones(3))
+    finally:
+        dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------------------
+# torchrun
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc,bind", [(2, False), (4, True)], ids=["2proc", "4proc-device_id"])
+def test_collectives(nproc, bind):
+    out = torchrun(nproc, "collectives_worker.py", env={"NEURON_TEST_BIND_DEVICE": "1" if bind else "0"})
+    assert out.count("CHECKS PASSED") == nproc, out
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_ddp_fsdp2_tp_dcp_match_single_process(tmp_path):
+    modes = ["ddp", "ddp_hooks", "fsdp2", "fsdp2_bf16", "tp", "tp_sp", "dcp"]
+    out = torchrun(2, "train_worker.py", ",".join(modes), tmp_path / "ckpt")
+    for m in modes:
+        assert out.count(f"MODE {m} OK") == 2, out
+    assert (tmp_path / "ckpt" / ".metadata").exists()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_fsdp_x_tp_2d_mesh_matches_single_process():
+    out = torchrun(4, "train_worker.py", "fsdp_tp")
+    assert out.count("MODE fsdp_tp OK") == 4, out
+
+
+@pytest.fixture(scope="module")
+def tiny_llama_dir(tmp_path_factory):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    path = tmp_path_factory.mktemp("tiny_llama")
+    cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                      tie_word_embeddings=False)
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).save_pretrained(path)
+    return path
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_transformers_distributed_config_tp2_fsdp2(tiny_llama_dir):
+    out = torchrun(4, "hf_worker.py", tiny_llama_dir)
+    assert out.count("HF DistributedConfig OK") == 4, out
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_accelerate_launch_multi_neuron():
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           str(WORKERS / "accelerate_worker.py")]
+    p = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-6000:]
+    assert p.stdout.count("ACCELERATE OK") == 2, p.stdout
+
+
+# ---------------------------------------------------------------------------
+# Faults: plain processes (torchrun would tear the survivors down itself).
+
+
+def _launch_fault(scenario, timeout_s, world=2, extra_env=None):
+    port = _free_port()
+    procs = []
+    for r in range(world):
+        env = _env()
+        env.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        env.update(extra_env or {})
+        procs.append(subprocess.Popen([sys.executable, str(WORKERS / "fault_worker.py"), scenario, str(timeout_s)],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=180)[0] for p in procs]
+    return [p.returncode for p in procs], outs
+
+
+def _failure_time(out):
+    line = [l for l in out.splitlines() if "FAILED-AS-EXPECTED" in l]
+    assert line, out[-4000:]
+    return float(line[0].split("FAILED-AS-EXPECTED")[1].split()[0]), line[0]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_killed_rank_makes_survivor_fail_clearly():
+    rcs, outs = _launch_fault("kill", 20)
+    assert rcs[1] == -9
+    assert rcs[0] == 3, outs[0][-4000:]
+    dt, line = _failure_time(outs[0])
+    assert dt < 20
+    assert "Connection" in line or "peer" in line, line
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_hung_peer_times_out_within_pg_timeout():
+    rcs, outs = _launch_fault("hang", 5)
+    assert rcs[0] == 3, outs[0][-4000:]
+    dt, line = _failure_time(outs[0])
+    assert 4 <= dt < 15, line
+    assert "Timed out" in line or "timeout" in line.lower(), line
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_mismatched_shapes_fail_not_hang():
+    # Default: gloo's size check ends the receiving rank ("Received data size
+    # doesn't match expected size ... collective mismatch"), the peer errors.
+    rcs, outs = _launch_fault("mismatch", 20)
+    assert all(rc != 0 for rc in rcs), rcs
+    joined = "\n".join(outs)
+    assert "collective mismatch" in joined or "Connection" in joined, joined[-4000:]
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL: every rank raises a typed error naming both shapes.
+    rcs, outs = _launch_fault("mismatch", 20, extra_env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+    assert rcs == [3, 3], rcs
+    for out in outs:
+        _, line = _failure_time(out)
+        assert "Detected mismatch between collectives" in line, line

@@ -1,0 +1,433 @@
+"""Everything that touches private Inductor / Dynamo internals, in one place.
+
+The simulator's "NEFF" is Inductor's CPU C++ code: device memory is host memory,
+so CPU kernels can read and write neuron buffers through their data pointers.
+Inductor, however, treats every non-CPU device as a Triton GPU; this module
+registers the C++ CPU code generator for device ``neuron`` and teaches the few
+"is this the CPU?" checks that matter to answer yes for ``neuron``. Buffers are
+still allocated with ``empty_strided(..., device="neuron")`` (our allocator).
+
+These are private APIs that change between releases, hence the version pin.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+
+import torch
+
+SUPPORTED_TORCH = "2.13."
+DEVICE = "neuron"
+
+_lock = threading.Lock()
+_installed = False
+
+
+class UnsupportedTorchVersionError(RuntimeError):
+    """The installed torch is not the one the Inductor glue was written for."""
+
+
+def check_torch_version(version: str | None = None) -> None:
+    """Raise UnsupportedTorchVersionError unless torch is 2.13.*."""
+    version = torch.__version__ if version is None else version
+    if not version.startswith(SUPPORTED_TORCH):
+        raise UnsupportedTorchVersionError(
+            f"torch.compile(backend='neuron') relies on Inductor internals of torch "
+            f"{SUPPORTED_TORCH}*; found torch {version}. Install torch=={SUPPORTED_TORCH}* "
+            f"or a torch-neuronx release built for torch {version}."
+        )
+
+
+def _is_cpu_like(device_type) -> bool:
+    return device_type in ("cpu", DEVICE)
+
+
+def install() -> None:
+    """Register device ``neuron`` with Inductor and Dynamo (idempotent)."""
+    global _installed
+    if _installed:
+        return
+    with _lock:
+        if _installed:
+            return
+        check_torch_version()
+        _register_device_interface()
+        _register_codegen()
+        _patch_cpu_checks()
+        _installed = True
+
+
+# --------------------------------------------------------------------------- #
+# Dynamo device interface
+# --------------------------------------------------------------------------- #
+
+def _register_device_interface() -> None:
+    from dataclasses import dataclass
+
+    from torch._dynamo import device_interface as di
+
+    @dataclass
+    class NeuronCompileProperties:
+        # What Inductor's heuristics ask for: the host threads the generated
+        # C++ kernels run on (the simulator executes on the host CPU).
+        multi_processor_count: int
+        name: str
+        total_memory: int
+        type: str = DEVICE
+
+    def _props(device=None):
+        import os
+
+        if isinstance(device, (str, torch.device)):
+            device = torch.device(device).index
+        p = torch.neuron.get_device_properties(torch.neuron.current_device() if device is None else device)
+        return NeuronCompileProperties(
+            multi_processor_count=torch.get_num_threads() or os.cpu_count() or 1,
+            name=p.name,
+            total_memory=p.total_memory,
+        )
+
+    class NeuronInterface(di.DeviceInterface):
+        device = torch.neuron.device
+        Event = torch.neuron.Event
+        Stream = torch.neuron.Stream
+
+        class Worker:
+            @staticmethod
+            def set_device(device: int) -> None:
+                torch.neuron.set_device(device)
+
+            @staticmethod
+            def current_device() -> int:
+                return torch.neuron.current_device()
+
+            @staticmethod
+            def get_device_properties(device=None):
+                return _props(device)
+
+        current_device = staticmethod(torch.neuron.current_device)
+        set_device = staticmethod(torch.neuron.set_device)
+        device_count = staticmethod(torch.neuron.device_count)
+        is_available = staticmethod(torch.neuron.is_available)
+        synchronize = staticmethod(torch.neuron.synchronize)
+        current_stream = staticmethod(torch.neuron.current_stream)
+        set_stream = staticmethod(torch.neuron.set_stream)
+        stream = staticmethod(torch.neuron.stream)
+        memory_allocated = staticmethod(torch.neuron.memory_allocated)
+
+        @staticmethod
+        def exchange_device(device: int) -> int:
+            return _exchange(device)
+
+        @staticmethod
+        def maybe_exchange_device(device: int) -> int:
+            return _exchange(device)
+
+        @staticmethod
+        def get_raw_stream(device_idx: int) -> int:
+            return 0
+
+        @classmethod
+        def get_device_properties(cls, device=None):
+            return _props(device)
+
+        @staticmethod
+        def get_compute_capability(device=None) -> str:
+            return torch.neuron.get_device_properties(device).name
+
+        @staticmethod
+        def is_bf16_supported(including_emulation: bool = False) -> bool:
+            return True
+
+        @staticmethod
+        def is_triton_capable(device=None) -> bool:
+            return False
+
+        @staticmethod
+        def raise_if_triton_unavailable(device=None) -> None:
+            raise RuntimeError("device 'neuron' compiles with Inductor's C++ backend, not Triton")
+
+    def _exchange(device: int) -> int:
+        prev = torch.neuron.current_device()
+        if device >= 0 and device != prev:
+            torch.neuron.set_device(device)
+        return prev
+
+    di.register_interface_for_device(DEVICE, NeuronInterface)
+    for i in range(torch.neuron.device_count()):
+        di.register_interface_for_device(f"{DEVICE}:{i}", NeuronInterface)
+
+
+# --------------------------------------------------------------------------- #
+# Inductor code generation: C++ kernels + Python wrapper for device "neuron"
+# --------------------------------------------------------------------------- #
+
+def _register_codegen() -> None:
+    from torch._inductor.codegen.common import register_backend_for_device, register_device_op_overrides
+    from torch._inductor.codegen.cpp import CppScheduling
+    from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
+    from torch._inductor.codegen.cpu_device_op_overrides import CpuDeviceOpOverrides
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
+    from torch._inductor.virtualized import V
+
+    class _NeuronKernelCalls:
+        # PythonWrapperCodegen raises "device neuron nyi" for non-Triton kernels
+        # on devices other than cpu/mps; C++ kernels are called the CPU way.
+        def _generate_kernel_call_helper(self, kernel_name, call_args, *, device=None, triton=True, **kwargs):
+            device = device or V.graph.get_current_device_or_throw()
+            if not triton and device.type == DEVICE:
+                self.writeline(self.wrap_kernel_call(kernel_name, call_args))
+                return
+            return super()._generate_kernel_call_helper(
+                kernel_name, call_args, device=device, triton=triton, **kwargs
+            )
+
+    class NeuronSubgraphWrapperCodegen(_NeuronKernelCalls, SubgraphPythonWrapperCodegen):
+        pass
+
+    class NeuronWrapperCodegen(_NeuronKernelCalls, PythonWrapperCodegen):
+        @staticmethod
+        def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
+            if is_subgraph:
+                return NeuronSubgraphWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
+            return NeuronWrapperCodegen()
+
+    class NeuronDeviceOpOverrides(CpuDeviceOpOverrides):
+        # Generated wrappers switch the current core around a graph's kernels
+        # so buffers of a model on neuron:N are allocated on core N.
+        def device_guard(self, device_idx: int) -> str:
+            return f"torch.neuron.device({device_idx})"
+
+        def set_device(self, device_idx: int) -> str:
+            return "pass"  # the guard above already made the core current
+
+        def synchronize(self) -> str:
+            return "torch.neuron.synchronize()"
+
+    register_backend_for_device(DEVICE, CppScheduling, NeuronWrapperCodegen, CppWrapperCpu)
+    register_device_op_overrides(DEVICE, NeuronDeviceOpOverrides())
+
+
+# --------------------------------------------------------------------------- #
+# "Is this the CPU?" checks
+# --------------------------------------------------------------------------- #
+
+def _rebind(module, name: str, new) -> None:
+    """Replace `module.name` and every already-imported alias of it in Inductor."""
+    import sys
+
+    orig = getattr(module, name)
+    functools.update_wrapper(new, orig)
+    for mod_name, mod in list(sys.modules.items()):
+        if mod is not None and mod_name.startswith("torch._inductor") and getattr(mod, name, None) is orig:
+            setattr(mod, name, new)
+
+
+def _patch_cpu_checks() -> None:
+    from torch._inductor import config, ir, scheduler, utils
+
+    # Picks the kernel language for the current device; anything unknown is
+    # taken for Triton, which mis-types C++ kernels (dtype propagation).
+    orig_backend = utils.get_current_backend
+
+    def get_current_backend(device_type=None):
+        if device_type is None:
+            from torch._inductor.virtualized import V
+
+            device_type = V.graph.get_current_device_or_throw().type
+        return config.cpu_backend if device_type == DEVICE else orig_backend(device_type)
+
+    _rebind(utils, "get_current_backend", get_current_backend)
+
+    # Heuristics tuned for the C++ backend (realize thresholds for heavy
+    # pointwise ops, accumulated reads): CPU's values suit generated C++.
+    _rebind(ir, "is_cpu", lambda x: _is_cpu_like(ir.get_device_type(x)))
+
+    # Loop reordering / index inversion during fusion is disabled for CPU
+    # because the C++ backend does not support it; it must be off for neuron.
+    def is_cpu(self) -> bool:
+        device = self.get_device()
+        return device is not None and _is_cpu_like(device.type)
+
+    scheduler.BaseSchedulerNode.is_cpu = is_cpu
+
+    # Graphs on neuron:N get a device guard so allocations land on core N.
+    orig_need_guard = utils.device_need_guard
+    _rebind(utils, "device_need_guard", lambda device: device == DEVICE or orig_need_guard(device))
+
+    # The FX graph cache keys the C++ thread count only for graphs that
+    # generate CPU C++ code; neuron graphs do too.
+    from torch._inductor.codecache import FxGraphHashDetails
+
+    orig_contains_cpu = FxGraphHashDetails._contains_cpu_tensor.__func__
+
+    def _contains_cpu_tensor(cls, value) -> bool:
+        if isinstance(value, torch.Tensor):
+            return _is_cpu_like(value.device.type)
+        return orig_contains_cpu(cls, value)
+
+    FxGraphHashDetails._contains_cpu_tensor = classmethod(_contains_cpu_tensor)
+
+
+# --------------------------------------------------------------------------- #
+# Compilation entry points
+# --------------------------------------------------------------------------- #
+
+def passthrough_error_base() -> type:
+    """Base class for errors that Dynamo re-raises to the user unwrapped.
+
+    Dynamo wraps backend exceptions in BackendCompilerFailed except
+    ShortenTraceback subclasses, which it re-raises as they are.
+    """
+    from torch._dynamo.exc import ShortenTraceback
+
+    class NeuronPassThroughError(ShortenTraceback):
+        def __init__(self, msg: str):
+            super().__init__(msg, first_useful_frame=None)
+
+    return NeuronPassThroughError
+
+
+def is_dynamo_control_exception(e: BaseException) -> bool:
+    """Exceptions Dynamo uses for control flow; a backend must let them through."""
+    from torch._dynamo import exc
+
+    return isinstance(e, (exc.RestartAnalysis, exc.SkipFrame, exc.ShortenTraceback))
+
+
+def dynamo_counters() -> dict:
+    """Dynamo/Inductor/AOTAutograd global counters (category -> Counter)."""
+    from torch._dynamo.utils import counters
+
+    return counters
+
+
+def current_compile_id():
+    """(frame_id, frame_compile_id) of the Dynamo compile in progress, or None."""
+    from torch._guards import CompileContext
+
+    cid = CompileContext.current_compile_id()
+    if cid is None:
+        return None
+    return (cid.frame_id, cid.frame_compile_id)
+
+
+def current_recompile_reason() -> str | None:
+    """Dynamo's first guard-failure reason for the recompile in progress."""
+    from torch._dynamo.utils import get_metrics_context
+
+    ctx = get_metrics_context()
+    return getattr(ctx, "_metrics", {}).get("recompile_reason") if ctx is not None else None
+
+
+def automatic_dynamic_enabled() -> bool:
+    import torch._dynamo.config as dcfg
+
+    return bool(dcfg.automatic_dynamic_shapes)
+
+
+def user_requested_dynamic() -> bool:
+    """True inside torch.compile(..., dynamic=True) (Dynamo patches this config)."""
+    import torch._dynamo.config as dcfg
+
+    return not dcfg.assume_static_by_default
+
+
+def placeholder_sources(gm) -> list:
+    """Human-readable name of each graph input (e.g. "L['x']"), in order."""
+    names = []
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        arg = node.meta.get("grapharg")
+        source = getattr(arg, "source", None)
+        names.append(source.name if source is not None else node.name)
+    return names
+
+
+def placeholder_fakes(gm) -> list:
+    """The fake value Dynamo traced each graph input with (None when unknown)."""
+    out = []
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            out.append(node.meta.get("example_value", node.meta.get("val")))
+    return out
+
+
+def placeholder_examples(gm) -> list:
+    """The real tensor Dynamo saw for each graph input (None when unknown)."""
+    out = []
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        arg = node.meta.get("grapharg")
+        try:
+            out.append(arg.example if arg is not None else None)
+        except Exception:  # a freed weakref: the example is gone
+            out.append(None)
+    return out
+
+
+def compile_graph(gm, example_inputs, *, cache_dir: str, use_cache: bool, on_inner_compile=None):
+    """Compile an FX graph with Inductor (through AOTAutograd) for device neuron.
+
+    ``cache_dir`` becomes Inductor's cache dir for every compile of this graph,
+    including the backward graph, which AOTAutograd compiles lazily at the first
+    backward; ``on_inner_compile(gm, compiled, is_backward, seconds)`` sees each graph.
+    """
+    from torch._functorch import config as functorch_config
+    from torch._inductor import config as inductor_config
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+    install()
+    patches = {
+        "fx_graph_cache": use_cache,
+        "fx_graph_remote_cache": False,
+        "autotune_remote_cache": False,
+        "cpp_wrapper": False,
+    }
+
+    @functools.wraps(compile_fx_inner)
+    def inner_compile(gm_, example_inputs_, **kwargs):
+        import time
+
+        t0 = time.perf_counter()
+        with _cache_scope(cache_dir), inductor_config.patch(patches), functorch_config.patch(
+            enable_autograd_cache=use_cache, enable_remote_autograd_cache=False
+        ):
+            compiled = compile_fx_inner(gm_, example_inputs_, **kwargs)
+        if on_inner_compile is not None:
+            on_inner_compile(gm_, compiled, bool(kwargs.get("is_backward", False)), time.perf_counter() - t0)
+        return compiled
+
+    with _cache_scope(cache_dir), inductor_config.patch(patches), functorch_config.patch(
+        enable_autograd_cache=use_cache, enable_remote_autograd_cache=False
+    ):
+        return compile_fx(gm, example_inputs, inner_compile=inner_compile)
+
+
+_env_lock = threading.RLock()
+
+
+class _cache_scope:
+    """Points Inductor's on-disk caches (FX graph, AOTAutograd, C++ kernels) at cache_dir."""
+
+    def __init__(self, cache_dir: str):
+        self.cache_dir = cache_dir
+
+    def __enter__(self):
+        import os
+
+        _env_lock.acquire()
+        self.prev = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = self.cache_dir
+
+    def __exit__(self, *exc):
+        import os
+
+        if self.prev is None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = self.prev
+        _env_lock.release()
+        return False

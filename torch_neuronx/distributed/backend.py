@@ -1,0 +1,116 @@
+"""The c10d backend "neuron".
+
+Device memory of the simulated Trainium is host memory, so collectives on
+neuron tensors run on gloo (TCP, rendezvous through torchrun's store) over
+zero-copy CPU views of the tensors. The routing lives in C++
+(csrc/collectives.cpp): core's PrivateUse1 kernels of the c10d ops are
+replaced by kernels that view the neuron tensors as CPU tensors and call the
+CPU kernels, i.e. the process group's CPU backend. That layer also implements
+ReduceOp.AVG and ReduceOp.PREMUL_SUM, which gloo lacks.
+
+The backend is registered for devices ["neuron", "cpu"], so that
+``init_process_group("neuron")`` creates ONE gloo instance that serves both
+device types (``_new_process_group_helper`` registers a single backend when
+every device maps to the same backend name): neuron and CPU collectives of a
+group share one ordered stream of messages, like NCCL groups do, and object
+collectives / DCP's CPU metadata exchanges work on the same group.
+"""
+from __future__ import annotations
+
+import datetime
+
+import torch
+import torch.distributed as dist
+
+BACKEND_NAME = "neuron"
+DEVICES = ["neuron", "cpu"]
+
+_registered = False
+
+
+def _create_backend(opts, backend_options=None):
+    """c10d creator (extended API): a gloo backend for the group's ranks."""
+    from torch.distributed import ProcessGroupGloo
+
+    # Joining a neuron group initialises this process's device (as NCCL does
+    # for CUDA). Device-less "neuron" indices resolve to the current device only
+    # once the runtime is initialised: FakeTensor (DTensor's sharding
+    # propagation) maps "neuron" to neuron:0 before that, and caches it.
+    torch.neuron.init()
+    timeout = opts.timeout
+    if not isinstance(timeout, datetime.timedelta):
+        timeout = datetime.timedelta(seconds=float(timeout))
+    backend = ProcessGroupGloo(opts.store, opts.group_rank, opts.group_size, timeout=timeout)
+    backend.options.global_ranks_in_group = list(opts.global_ranks_in_group or [])
+    backend.options.group_name = opts.group_id
+    backend._set_sequence_number_for_group()
+    return backend
+
+
+def _perform_nocolor_split(self, device) -> None:
+    """Non-members' part of creating a subgroup from a group bound to a device.
+
+    torch calls it on the parent's backend of every rank *outside* a new
+    subgroup when the default group has a ``device_id``; it exists for NCCL's
+    communicator split. A gloo subgroup is connected through the store by its
+    members alone, so there is nothing to do here.
+    """
+    return None
+
+
+def _is_neuron_device(device) -> bool:
+    return device is not None and torch.device(device).type == "neuron"
+
+
+def _install_coalescing(pg_cls) -> None:
+    """ProcessGroup._start/_end_coalescing for neuron (what
+    ``dist._coalescing_manager(group, device=neuron)`` calls).
+
+    gloo implements neither; on neuron the works issued in between are
+    collected by csrc/collectives.cpp and _end_coalescing returns one Work
+    over all of them. Other devices keep core's behaviour.
+    """
+    if getattr(pg_cls._start_coalescing, "_neuron", False):
+        return
+    orig_start, orig_end = pg_cls._start_coalescing, pg_cls._end_coalescing
+
+    def _start_coalescing(self, device):
+        if _is_neuron_device(device):
+            return torch.ops.neuron_c10d.start_coalescing(self.group_name)
+        return orig_start(self, device)
+
+    def _end_coalescing(self, device):
+        if _is_neuron_device(device):
+            from torch.distributed.distributed_c10d import Work
+
+            return Work.unbox(torch.ops.neuron_c10d.end_coalescing(self.group_name))
+        return orig_end(self, device)
+
+    _start_coalescing._neuron = True
+    pg_cls._start_coalescing = _start_coalescing
+    pg_cls._end_coalescing = _end_coalescing
+
+
+def register_backend() -> None:
+    """Register the c10d backend "neuron" and its collective kernels (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    from .. import _C
+
+    _C._register_collective_routes()
+    if dist.is_available() and not hasattr(dist.ProcessGroupGloo, "perform_nocolor_split"):
+        # init_process_group("neuron", device_id=...) then new_group(...)
+        dist.ProcessGroupGloo.perform_nocolor_split = _perform_nocolor_split
+    if dist.is_available():
+        _install_coalescing(dist.ProcessGroup)
+    if dist.is_available() and BACKEND_NAME.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(
+            BACKEND_NAME, _create_backend, extended_api=True, devices=DEVICES
+        )
+    _registered = True
+
+
+def is_neuron_backend(group=None) -> bool:
+    """True when `group` (default: the default group) uses the neuron backend."""
+    return dist.get_backend(group) == BACKEND_NAME
