@@ -18,6 +18,7 @@ less sensitive to other load on the machine than the ratio of the two medians
     python benchmarks/eager.py                 # full run (~1-2 min)
     python benchmarks/eager.py --quick         # smoke run (~20 s)
     python benchmarks/eager.py --json out.json # also save the results
+    python benchmarks/eager.py --cpu-time      # process CPU time, 1 thread (busy machine)
 """
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ def test_executed_ops_are_counted():
     x = torch.ones(3, device="neuron")
     (x * 2).sum()
     ops = torch_neuronx.get_executed_ops()
-    assert ops.get("aten::mul.Tensor") == 1 and ops.get("aten::sum") == 1
+    assert ops.get("aten::mul.Tensor") == 1
+    assert sum(n for op, n in ops.items() if op.startswith("aten::sum")) == 1
 
 
 def test_float64_is_recorded_and_warned_once():
@@ -23,7 +24,8 @@ def test_float64_is_recorded_and_warned_once():
         x * 2
         x * 3
     msgs = [str(w.message) for w in caught if "CPU fallback" in str(w.message)]
-    assert msgs == ["Operator 'aten::mul.Tensor' executed via CPU fallback (float64 is not native on Trainium)"]
+    assert len(msgs) == 1  # once per op
+    assert msgs[0].startswith("Operator 'aten::mul.Tensor' executed via CPU fallback (float64 is not native on Trainium)")
     assert torch_neuronx.get_fallback_ops() == {"aten::mul.Tensor": ["float64 is not native on Trainium"]}
     torch_neuronx.clear_op_tracking()
     assert torch_neuronx.get_fallback_ops() == {}

@@ -7,11 +7,17 @@ import textwrap
 import pytest
 import torch
 
-from helpers import run_python
 
 
-def test_fork_after_init_raises_the_real_error():
-    r = run_python(textwrap.dedent("""
+def _run_script(tmp_path, code):
+    # A file, not `python -c`: spawned children re-import the main module.
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(code))
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+
+
+def test_fork_after_init_raises_the_real_error(tmp_path):
+    r = _run_script(tmp_path, """
         import multiprocessing as mp, torch
         def child(q):
             try:
@@ -22,9 +28,9 @@ def test_fork_after_init_raises_the_real_error():
             torch.ones(1, device="neuron")
             for method in ("fork", "spawn"):
                 ctx = mp.get_context(method); q = ctx.Queue()
-                p = ctx.Process(target=child, args=(q,)); p.start(); p.join()
-                print(method, "|", q.get())
-    """))
+                p = ctx.Process(target=child, args=(q,)); p.start()
+                print(method, "|", q.get(timeout=120)); p.join()
+    """)
     assert r.returncode == 0, r.stderr
     lines = dict(line.split(" | ") for line in r.stdout.strip().splitlines())
     assert lines["fork"] == ("Cannot re-initialize Neuron runtime in forked subprocess. To use Neuron with "
@@ -32,16 +38,16 @@ def test_fork_after_init_raises_the_real_error():
     assert lines["spawn"] == "ok"
 
 
-def test_fork_before_init_is_fine():
-    r = run_python(textwrap.dedent("""
+def test_fork_before_init_is_fine(tmp_path):
+    r = _run_script(tmp_path, """
         import multiprocessing as mp, torch
         def child(q):
             q.put(str(torch.ones(1, device="neuron").device))
         if __name__ == "__main__":
             torch.manual_seed(0)
             ctx = mp.get_context("fork"); q = ctx.Queue()
-            p = ctx.Process(target=child, args=(q,)); p.start(); p.join(); print(q.get())
-    """))
+            p = ctx.Process(target=child, args=(q,)); p.start(); print(q.get(timeout=120)); p.join()
+    """)
     assert r.stdout.strip() == "neuron:0", r.stderr
 
 
