@@ -3,6 +3,8 @@ import os
 import subprocess
 import sys
 
+from torch import nn
+
 def run_python(code: str, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
     """Run `code` in a fresh interpreter (device configuration is read at start-up)."""
     full_env = dict(os.environ)
@@ -10,3 +12,15 @@ def run_python(code: str, env: dict | None = None, timeout: int = 120) -> subpro
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=timeout)
 
 
+class MLP(nn.Module):
+    """The small MLP the parity tests train and compile."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(32, 64), nn.GELU(), nn.LayerNorm(64),
+            nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10),
+        )
+
+    def forward(self, x):
+        return self.net(x)

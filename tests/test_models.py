@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch._dynamo
 from torch import nn
+from helpers import MLP
 
 DEV = "neuron"
 
@@ -37,21 +38,9 @@ def _assert_equal(cpu, neu, what=""):
 # 1. MLP + AdamW
 # --------------------------------------------------------------------------- #
 
-class _MLP(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.net = nn.Sequential(
-            nn.Linear(32, 64), nn.GELU(), nn.LayerNorm(64),
-            nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10),
-        )
-
-    def forward(self, x):
-        return self.net(x)
-
-
 def _train_mlp(device, opt_kwargs, steps=20):
     _seed(0)
-    model = _MLP()
+    model = MLP()
     g = torch.Generator().manual_seed(1)
     xs = torch.randn(steps, 16, 32, generator=g)
     ys = torch.randint(0, 10, (steps, 16), generator=g)
@@ -264,7 +253,7 @@ def test_minilm_automodel_parity():
 
 def _neuron_state_dict():
     _seed(0)
-    sd = _MLP().to(DEV).state_dict()
+    sd = MLP().to(DEV).state_dict()
     sd["buf_i64"] = torch.arange(10).to(DEV)
     sd["buf_bf16"] = torch.randn(3, 5).to(torch.bfloat16).to(DEV)
     return sd

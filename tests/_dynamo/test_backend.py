@@ -7,7 +7,7 @@ import torch._dynamo
 from torch import nn
 
 import torch_neuronx
-from helpers import run_python
+from helpers import MLP, run_python
 from torch_neuronx._dynamo import (
     NeuronCompileOptionError,
     NeuronCpuInputError,
@@ -16,18 +16,6 @@ from torch_neuronx._dynamo import (
 )
 
 DEV = "neuron"
-
-
-class MLP(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.net = nn.Sequential(
-            nn.Linear(32, 64), nn.GELU(), nn.LayerNorm(64),
-            nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10),
-        )
-
-    def forward(self, x):
-        return self.net(x)
 
 
 def _mlp(device=DEV):
