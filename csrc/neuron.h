@@ -44,9 +44,6 @@ c10::Allocator* charging_cpu_allocator();
 const at::Generator& default_generator(c10::DeviceIndex device);
 at::Generator cpu_engine_of(const at::Generator& neuron_gen);
 
-// Op tracking (fidelity accounting).
-void record_executed(const c10::OperatorHandle& op, const std::string& reason);
-
 // Runs any ATen op on neuron tensors through its CPU kernel (zero copy).
 void cpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
                   torch::jit::Stack* stack);

@@ -379,10 +379,6 @@ at::Tensor cpu_view_of(const at::Tensor& t) {
   return tensor_on(cpu_storage_over(t.storage().unsafeGetStorageImpl()), c10::DispatchKey::CPU, t);
 }
 
-void record_executed(const c10::OperatorHandle& op, const std::string& reason) {
-  record_fallback(meta_for(op), reason);
-}
-
 // Python-facing tracking accessors (module.cpp).
 std::vector<std::pair<std::string, uint64_t>> executed_ops() {
   std::vector<std::pair<std::string, uint64_t>> out;
