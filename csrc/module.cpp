@@ -1,6 +1,7 @@
 // Python bindings of the device core (torch_neuronx._C).
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/autograd/engine.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/extension.h>
 
 #include "neuron.h"
@@ -93,12 +94,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_checked_device_count", [] { return device_count(); });
   m.def("_current_device", [] { return static_cast<int>(current_device()); });
   m.def("_set_device", [](int i) { set_device_process_wide(static_cast<c10::DeviceIndex>(i)); });
+  // torch.neuron.device(i): the device guard's exchange, so it changes this
+  // thread's current device only (set_device is the process-wide one).
   m.def("_exchange_device", [](int i) {
     int old = current_device();
-    if (i >= 0 && i != old) {
-      check_device_index(i);
-      set_device_process_wide(static_cast<c10::DeviceIndex>(i));
-    }
+    if (i >= 0 && i != old)
+      c10::impl::getDeviceGuardImpl(kNeuron)->exchangeDevice(c10::Device(kNeuron, static_cast<c10::DeviceIndex>(i)));
     return old;
   });
   m.def("_init", &lazy_init);

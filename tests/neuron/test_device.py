@@ -43,6 +43,21 @@ def test_current_device_is_process_wide_for_threads():
     assert seen == [2]
 
 
+def test_device_context_is_thread_local():
+    import threading
+
+    prev = torch.neuron.current_device()
+    torch.neuron.set_device(1)
+    seen = []
+    with torch.neuron.device(3):
+        t = threading.Thread(target=lambda: seen.append(torch.neuron.current_device()))
+        t.start()
+        t.join()
+        assert torch.neuron.current_device() == 3
+    torch.neuron.set_device(prev)
+    assert seen == [1]
+
+
 def test_invalid_device_index():
     with pytest.raises(IndexError, match="Invalid device index neuron:7"):
         torch.empty(1, device="neuron:7")
