@@ -6,6 +6,7 @@
 #include "neuron.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/Operators.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/TensorFactories.h>
@@ -27,6 +28,7 @@
 #include <mutex>
 #include <set>
 #include <shared_mutex>
+#include <tuple>
 #include <unordered_map>
 
 namespace neuron {
@@ -46,6 +48,8 @@ struct OpMeta {
 
 std::shared_mutex g_meta_mu;
 std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpMeta>> g_meta;
+
+OpMeta& meta_lookup(const c10::OperatorHandle& op, const c10::FunctionSchema* key);
 
 bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
 
@@ -68,6 +72,17 @@ bool lacks_native_lowering(const std::string& name) {
 
 OpMeta& meta_for(const c10::OperatorHandle& op) {
   const c10::FunctionSchema* key = &op.schema();
+  // Loops call the same few ops back to back: skip the shared lock then.
+  thread_local const c10::FunctionSchema* last_key = nullptr;
+  thread_local OpMeta* last_meta = nullptr;
+  if (key == last_key) return *last_meta;
+  OpMeta& m = meta_lookup(op, key);
+  last_key = key;
+  last_meta = &m;
+  return m;
+}
+
+OpMeta& meta_lookup(const c10::OperatorHandle& op, const c10::FunctionSchema* key) {
   {
     std::shared_lock<std::shared_mutex> lock(g_meta_mu);
     auto it = g_meta.find(key);
@@ -161,6 +176,85 @@ at::Tensor tensor_on(c10::Storage storage, c10::DispatchKey key, const at::Tenso
   return t;
 }
 
+// The CPU alias objects are recycled per thread: building and destroying a
+// StorageImpl and a TensorImpl per argument was most of the fallback's cost.
+// A pooled storage borrows the device memory (no reference, no deleter) only
+// while the op runs; one a kernel kept hold of is given an owning pointer.
+struct AliasPool {
+  c10::SmallVector<c10::Storage, 16> storages;
+  c10::SmallVector<at::Tensor, 16> tensors;
+  c10::Storage parked;  // what pooled tensors point at between ops
+  c10::DispatchKeySet keys;  // of a plain CPU alias; anything else is not reused
+
+  AliasPool()
+      : parked(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, c10::Device(c10::kCPU)), nullptr, false) {}
+
+  c10::Storage storage_over(c10::StorageImpl* nimpl) {
+    c10::Storage s;
+    if (storages.empty()) {
+      s = c10::Storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, c10::Device(c10::kCPU)),
+                       charging_cpu_allocator(), /*resizable=*/true);
+    } else {
+      s = std::move(storages.back());
+      storages.pop_back();
+    }
+    auto* impl = s.unsafeGetStorageImpl();
+    impl->set_data_ptr_noswap(c10::DataPtr(nimpl->mutable_data(), c10::Device(c10::kCPU)));
+    impl->set_nbytes(nimpl->nbytes());
+    return s;
+  }
+
+  at::Tensor tensor_over(const c10::Storage& storage, const at::Tensor& like) {
+    if (tensors.empty()) {
+      at::Tensor t = tensor_on(storage, c10::DispatchKey::CPU, like);
+      keys = t.unsafeGetTensorImpl()->key_set();
+      return t;
+    }
+    at::Tensor t = std::move(tensors.back());
+    tensors.pop_back();
+    auto* impl = t.unsafeGetTensorImpl();
+    impl->set_storage_and_dtype(storage, like.dtype());
+    impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+    impl->_set_conj(like.is_conj());
+    impl->_set_neg(like.is_neg());
+    return t;
+  }
+
+  void give_back_tensor(at::Tensor&& t) {
+    auto* impl = t.unsafeGetTensorImpl();
+    if (tensors.size() < tensors.capacity() && t.use_count() == 1 && t.weak_use_count() == 1 &&
+        !impl->pyobj_slot()->load_pyobj() && !impl->is_wrapped_number() && impl->key_set() == keys &&
+        impl->allow_tensor_metadata_change()) {
+      impl->set_storage_keep_dtype(parked);
+      tensors.push_back(std::move(t));
+    }
+    t.reset();
+  }
+
+  // `borrowed_from` is the neuron storage whose memory a pooled storage borrows.
+  void give_back_storage(c10::Storage&& s, c10::StorageImpl* borrowed_from) {
+    auto* impl = s.unsafeGetStorageImpl();
+    const bool borrowing = impl->data_ptr().get_deleter() == nullptr;
+    if (s.use_count() == 1) {
+      impl->set_data_ptr_noswap(c10::DataPtr(nullptr, c10::Device(c10::kCPU)));
+      impl->set_nbytes(0);
+      if (storages.size() < storages.capacity()) storages.push_back(std::move(s));
+    } else if (borrowing && impl->data() != nullptr) {
+      // A kernel kept the alias: it must keep the device memory alive too.
+      c10::raw::intrusive_ptr::incref(borrowed_from);
+      impl->set_data_ptr_noswap(
+          c10::DataPtr(impl->mutable_data(), borrowed_from, &release_storage, c10::Device(c10::kCPU)));
+    }
+    s = c10::Storage();
+  }
+
+};
+
+AliasPool& alias_pool() {
+  thread_local AliasPool pool;
+  return pool;
+}
+
 struct AliasTable {
   struct Entry {
     c10::StorageImpl* neuron;
@@ -170,13 +264,30 @@ struct AliasTable {
   };
   c10::SmallVector<Entry, 8> entries;
   c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 4> adopted;  // cpu -> neuron
+  c10::SmallVector<at::Tensor, 8> aliases;
+
+  AliasTable() = default;
+  AliasTable(const AliasTable&) = delete;
+  AliasTable& operator=(const AliasTable&) = delete;
+
+  ~AliasTable() {
+    auto& pool = alias_pool();
+    for (auto& t : aliases) pool.give_back_tensor(std::move(t));
+    for (auto& e : entries) pool.give_back_storage(std::move(e.cpu), e.neuron);
+  }
 
   at::Tensor alias(const at::Tensor& t) {
     auto* nimpl = t.storage().unsafeGetStorageImpl();
+    auto& pool = alias_pool();
+    const c10::Storage* cpu = nullptr;
     for (auto& e : entries)
-      if (e.neuron == nimpl) return tensor_on(e.cpu, c10::DispatchKey::CPU, t);
-    entries.push_back({nimpl, cpu_storage_over(nimpl), nimpl->data(), nimpl->nbytes()});
-    return tensor_on(entries.back().cpu, c10::DispatchKey::CPU, t);
+      if (e.neuron == nimpl) cpu = &e.cpu;
+    if (!cpu) {
+      entries.push_back({nimpl, pool.storage_over(nimpl), nimpl->data(), nimpl->nbytes()});
+      cpu = &entries.back().cpu;
+    }
+    aliases.push_back(pool.tensor_over(*cpu, t));
+    return aliases.back();
   }
 
   // The neuron storage that holds the memory of a CPU storage produced by a kernel.
@@ -232,6 +343,24 @@ struct Converted {
   at::Tensor cpu;
   bool mut;
 };
+
+// A kernel's fresh result, owned by nobody else and already device memory
+// (the charging allocator), becomes a neuron tensor in place: no new
+// TensorImpl or StorageImpl.
+bool adopt_in_place(const at::Tensor& r, c10::DeviceIndex dev) {
+  auto* impl = r.unsafeGetTensorImpl();
+  if (r.use_count() != 1 || r.weak_use_count() != 1 || impl->pyobj_slot()->load_pyobj()) return false;
+  if (!impl->has_storage() || !impl->allow_tensor_metadata_change()) return false;
+  const c10::Storage& st = impl->storage();
+  if (st.use_count() != 1) return false;
+  auto* cimpl = st.unsafeGetStorageImpl();
+  if (!is_device_memory(cimpl->data_ptr()) || !cimpl->resizable()) return false;
+  cimpl->mutable_data_ptr().unsafe_set_device(c10::Device(kNeuron, dev));
+  cimpl->set_allocator(device_allocator());
+  impl->set_storage_keep_dtype(st);
+  impl->_change_backend_component_keys(c10::Device(kNeuron, dev));
+  return true;
+}
 
 [[noreturn]] void device_mismatch(const OpMeta& meta, const c10::FunctionSchema& schema, size_t arg,
                                   const at::Device& bad, const at::Device& expected) {
@@ -355,6 +484,10 @@ void cpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
                                 " tensor: Trainium has no sparse kernels, so neuron supports only strided "
                                 "(dense) tensors. Run this op on CPU (tensor.cpu()) and move the dense "
                                 "result back with .to('neuron').");
+    for (auto& e : table.entries)
+      if (e.cpu.unsafeGetStorageImpl() == r.storage().unsafeGetStorageImpl())
+        return tensor_on(table.neuron_storage_for(r.storage(), dev), c10::DispatchKey::PrivateUse1, r);
+    if (adopt_in_place(r, dev)) return r;
     return tensor_on(table.neuron_storage_for(r.storage(), dev), c10::DispatchKey::PrivateUse1, r);
   };
 
@@ -373,6 +506,122 @@ void cpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
     }
   }
 }
+
+// ---------------------------------------------------------------------------
+// Unboxed fast paths for the hottest ops. Same semantics as cpu_fallback
+// (device check, fidelity accounting, zero-copy aliases, charged results),
+// without boxing: boxing copies every tensor argument into the stack, and the
+// first extra reference to a tensor that Python owns takes the GIL to incref
+// its PyObject. Only functional and in-place ops whose arguments are tensors
+// and plain values are listed: they never resize or swap storages.
+namespace {
+
+class UnboxedCall {
+ public:
+  UnboxedCall(OpMeta& meta, const c10::FunctionSchema& schema) : meta_(meta), schema_(schema) {}
+
+  // Called left to right, once per argument (braced initialisation).
+  at::Tensor& in(at::Tensor& t) { return convert(t); }
+  at::Tensor in(const at::Tensor& t) { return convert(t); }
+  template <class T>
+  T&& in(T&& v) {
+    ++arg_;
+    return std::forward<T>(v);
+  }
+
+  void before_run() {
+    if (dev_ < 0) dev_ = current_device();
+    if (bad_arg_ >= 0) device_mismatch(meta_, schema_, bad_arg_, bad_device_, at::Device(kNeuron, dev_));
+    meta_.executed.fetch_add(1, std::memory_order_relaxed);
+    if (meta_.no_native_lowering) {
+      record_fallback(meta_, "no Trainium lowering");
+    } else if (odd_dtype_) {
+      record_fallback(meta_, std::string(odd_dtype_) + " is not native on Trainium");
+    }
+  }
+  c10::DeviceIndex device() const { return dev_; }
+
+  at::Tensor& out_ref(at::Tensor& r) {
+    for (size_t i = 0; i < n_; ++i)
+      if (aliases_[i]->unsafeGetTensorImpl() == r.unsafeGetTensorImpl()) return *originals_[i];
+    TORCH_INTERNAL_ASSERT(false, meta_.name, ": in-place result is not an argument");
+    return r;
+  }
+  at::Tensor out_value(at::Tensor r) {
+    if (!r.defined() || r.device().type() != c10::kCPU) return r;
+    for (size_t i = 0; i < n_; ++i)
+      if (aliases_[i]->unsafeGetTensorImpl() == r.unsafeGetTensorImpl()) return *originals_[i];
+    for (auto& e : table_.entries)
+      if (e.cpu.unsafeGetStorageImpl() == r.storage().unsafeGetStorageImpl())
+        return tensor_on(table_.neuron_storage_for(r.storage(), dev_), c10::DispatchKey::PrivateUse1, r);
+    if (adopt_in_place(r, dev_)) return r;
+    return tensor_on(table_.neuron_storage_for(r.storage(), dev_), c10::DispatchKey::PrivateUse1, r);
+  }
+
+ private:
+  at::Tensor& convert(const at::Tensor& t) {
+    const int i = arg_++;
+    if (!t.defined()) return const_cast<at::Tensor&>(t);
+    if (t.device().type() == kNeuron) {
+      if (auto* r = non_native_dtype(t.scalar_type())) odd_dtype_ = r;
+      if (dev_ < 0) {
+        dev_ = t.device().index();
+      } else if (t.device().index() != dev_) {
+        device_mismatch(meta_, schema_, i, t.device(), at::Device(kNeuron, dev_));
+      }
+      TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == c10::kStrided, "neuron supports only strided tensors (",
+                                  meta_.name, ")");
+      TORCH_INTERNAL_ASSERT(n_ < kMaxTensors);
+      table_.alias(t);
+      aliases_[n_] = &table_.aliases.back();
+      originals_[n_] = const_cast<at::Tensor*>(&t);
+      return *aliases_[n_++];
+    }
+    if (!(t.device().type() == c10::kCPU && t.dim() == 0) && bad_arg_ < 0) {
+      bad_arg_ = i;
+      bad_device_ = t.device();
+    }
+    return const_cast<at::Tensor&>(t);
+  }
+
+  static constexpr size_t kMaxTensors = 8;  // the alias table's inline capacity: no reallocation
+  OpMeta& meta_;
+  const c10::FunctionSchema& schema_;
+  AliasTable table_;
+  at::Tensor* aliases_[kMaxTensors] = {};
+  at::Tensor* originals_[kMaxTensors] = {};
+  size_t n_ = 0;
+  int arg_ = 0;
+  c10::DeviceIndex dev_ = -1;
+  int bad_arg_ = -1;
+  at::Device bad_device_{c10::kCPU};
+  const char* odd_dtype_ = nullptr;
+};
+
+template <class Op, class Sig = typename Op::schema>
+struct Unboxed;
+
+template <class Op, class R, class... A>
+struct Unboxed<Op, R(A...)> {
+  static R run(A... args) {
+    static const c10::OperatorHandle handle =
+        c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name);
+    static OpMeta& meta = meta_for(handle);
+    UnboxedCall call(meta, handle.schema());
+    // Braced initialisation evaluates the conversions left to right.
+    std::tuple<decltype(call.in(std::forward<A>(args)))...> converted{call.in(std::forward<A>(args))...};
+    call.before_run();
+    ChargeCpuAllocationsTo charge(call.device());
+    auto run_cpu = [](auto&&... a) -> R { return Op::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), a...); };
+    if constexpr (std::is_reference_v<R>) {
+      return call.out_ref(std::apply(run_cpu, converted));
+    } else {
+      return call.out_value(std::apply(run_cpu, converted));
+    }
+  }
+};
+
+}  // namespace
 
 at::Tensor cpu_view_of(const at::Tensor& t) {
   if (!t.defined() || t.device().type() != kNeuron) return t;
@@ -576,6 +825,19 @@ int64_t neuron_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Te
   return at::native::_fused_sdp_choice_cpp(q, k, v, mask, dropout, causal, scale, gqa);
 }
 
+// CPU's oneDNN convolution may answer in channels-last; torch.compile's fake
+// convolution predicts contiguous results for a device without a dedicated
+// conv backend (as for every "Overrideable" backend), and compiled code
+// asserts those strides. Return what the compiler predicts.
+void neuron_convolution(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  cpu_fallback(op, ks, stack);
+  const size_t nrets = op.schema().returns().size();
+  for (size_t i = stack->size() - nrets; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (v.isTensor() && v.toTensor().defined() && !v.toTensor().is_contiguous()) v = v.toTensor().contiguous();
+  }
+}
+
 void record_stream_noop(at::Tensor&, c10::Stream) {}
 
 }  // namespace
@@ -620,9 +882,23 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("record_stream", TORCH_FN(record_stream_noop));
   m.impl("histc", torch::CppFunction::makeFromBoxedFunction<&neuron_histc>());
   m.impl("histc.out", torch::CppFunction::makeFromBoxedFunction<&neuron_histc>());
+  // Unboxed fast paths (same semantics as the boxed fallback).
+  m.impl("add.Tensor", TORCH_FN(Unboxed<at::_ops::add_Tensor>::run));
+  m.impl("add_.Tensor", TORCH_FN(Unboxed<at::_ops::add__Tensor>::run));
+  m.impl("sub.Tensor", TORCH_FN(Unboxed<at::_ops::sub_Tensor>::run));
+  m.impl("sub_.Tensor", TORCH_FN(Unboxed<at::_ops::sub__Tensor>::run));
+  m.impl("mul.Tensor", TORCH_FN(Unboxed<at::_ops::mul_Tensor>::run));
+  m.impl("mul_.Tensor", TORCH_FN(Unboxed<at::_ops::mul__Tensor>::run));
+  m.impl("div.Tensor", TORCH_FN(Unboxed<at::_ops::div_Tensor>::run));
+  m.impl("div_.Tensor", TORCH_FN(Unboxed<at::_ops::div__Tensor>::run));
+  m.impl("neg", TORCH_FN(Unboxed<at::_ops::neg>::run));
+  m.impl("exp", TORCH_FN(Unboxed<at::_ops::exp>::run));
+  m.impl("mm", TORCH_FN(Unboxed<at::_ops::mm>::run));
+  m.impl("bmm", TORCH_FN(Unboxed<at::_ops::bmm>::run));
+  m.impl("addmm", TORCH_FN(Unboxed<at::_ops::addmm>::run));
   // Composites that route by device type to kernels that do not exist here.
-  m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
-  m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+  m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&neuron_convolution>());
+  m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&neuron_convolution>());
 }
 
 namespace neuron {

@@ -2,8 +2,21 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from torch import nn
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def worker_env(**extra: str) -> dict:
+    """Environment for worker processes: they import this tree's torch_neuronx and examples."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["HF_HUB_OFFLINE"] = "1"
+    env.update(extra)
+    return env
 
 def run_python(code: str, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
     """Run `code` in a fresh interpreter (device configuration is read at start-up)."""

@@ -32,6 +32,23 @@ __all__ = [
     "get_executed_ops",
     "get_fallback_ops",
     "is_neuron_runtime_initialized",
+    "nki_op",
+    "wrap_nki",
 ]
 
+
+def __getattr__(name):
+    # NKI's PyTorch integration loads on first use: it imports torch._dynamo,
+    # which plain `import torch` must not.
+    if name in ("nki_op", "wrap_nki"):
+        from .nki import _torch_op
+
+        return getattr(_torch_op, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 _autoload()
+
+# `import nki` / `import neuronxcc.nki` -> torch_neuronx.nki unless a real NKI is installed.
+from .nki._alias import install as _install_nki_alias  # noqa: E402
+
+_install_nki_alias()

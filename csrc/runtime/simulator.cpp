@@ -177,30 +177,35 @@ Runtime& Runtime::get() {
 
 Runtime::Runtime() : info_(describe_instance()), state_(new State) {
   state_->counters.resize(info_.visible.size());
+  state_->live.reserve(1 << 14);
   for (size_t i = 0; i < info_.visible.size(); ++i)
     state_->counters[i].capacity = info_.visible[i].hbm_capacity;
 }
 
 AllocStatus Runtime::allocate(int device, size_t nbytes, void** out) {
   *out = nullptr;
-  std::unique_lock<std::mutex> lock(state_->mu);
-  auto& c = state_->counters.at(device);
-  if (c.allocated_current + nbytes > c.capacity) {
+  auto& c = state_->counters.at(device);  // sized once at start-up
+  if (nbytes > c.capacity) {
+    std::lock_guard<std::mutex> lock(state_->mu);
     ++c.num_ooms;
     return AllocStatus::OutOfDeviceMemory;
   }
-  // Reserve before releasing the lock so concurrent allocations cannot
-  // overcommit the core.
-  c.allocated_current += nbytes;
-  lock.unlock();
+  // Host memory first, then one critical section for the accounting: this
+  // runs for every op result, so it takes the lock once.
   void* p = nullptr;
   if (nbytes > 0 && posix_memalign(&p, 64, nbytes) != 0) p = nullptr;
-  lock.lock();
+  std::unique_lock<std::mutex> lock(state_->mu);
+  if (c.allocated_current + nbytes > c.capacity) {
+    ++c.num_ooms;
+    lock.unlock();
+    std::free(p);
+    return AllocStatus::OutOfDeviceMemory;
+  }
   if (nbytes > 0 && p == nullptr) {
-    c.allocated_current -= nbytes;
     ++c.num_ooms;
     return AllocStatus::OutOfHostMemory;
   }
+  c.allocated_current += nbytes;
   c.allocated_peak = std::max(c.allocated_peak, c.allocated_current);
   c.allocated_total += nbytes;
   ++c.num_allocs;

@@ -3,27 +3,22 @@ tensor/sequence parallel, FSDP x TP, DCP, transformers DistributedConfig,
 accelerate launch, and faults. Multi-process checks run under torchrun (or
 plain processes for the fault tests) from the workers in ./workers."""
 import datetime
-import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
+from helpers import worker_env
 
 WORKERS = Path(__file__).parent / "workers"
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _env():
-    env = dict(os.environ)
-    # the workers import the torch_neuronx of this tree, like the test process
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env["HF_HUB_OFFLINE"] = "1"
+    env = worker_env()
     env.pop("TORCH_DISTRIBUTED_DEBUG", None)
     return env
 

@@ -97,3 +97,27 @@ def test_multinomial_and_randperm():
     b = torch.multinomial(torch.ones(10), 5)
     q = torch.randperm(10)
     assert torch.equal(a.cpu(), b) and torch.equal(p.cpu(), q)
+
+
+def test_activation_checkpointing_replays_the_dropout_masks():
+    from torch.utils.checkpoint import checkpoint
+
+    lin = torch.nn.Linear(16, 16).to("neuron")
+    x = torch.randn(8, 16, device="neuron", requires_grad=True)  # reentrant checkpoint needs one
+    assert torch.neuron._initialized  # what torch.utils.checkpoint consults
+
+    def block(t):
+        return torch.nn.functional.dropout(lin(t), 0.3, training=True)
+
+    grads = {}
+    for mode in ("plain", "reentrant", "non-reentrant"):
+        lin.zero_grad()
+        torch.manual_seed(0)
+        if mode == "plain":
+            out = block(x)
+        else:
+            out = checkpoint(block, x, use_reentrant=mode == "reentrant")
+        out.square().sum().backward()
+        grads[mode] = lin.weight.grad.clone()
+    assert torch.equal(grads["plain"], grads["reentrant"])
+    assert torch.equal(grads["plain"], grads["non-reentrant"])

@@ -54,6 +54,7 @@ def install() -> None:
         _register_device_interface()
         _register_codegen()
         _patch_cpu_checks()
+        _patch_rng_state_hops()
         _installed = True
 
 
@@ -270,6 +271,79 @@ def _patch_cpu_checks() -> None:
 
 
 # --------------------------------------------------------------------------- #
+# RNG state around recomputed random ops (activation checkpointing)
+# --------------------------------------------------------------------------- #
+
+def _neuron_device_of(args, kwargs):
+    """The neuron device a random op runs on (its ``device=`` or first tensor), else None."""
+    device = kwargs.get("device")
+    if device is None:
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+    if device is None:
+        return None
+    device = torch.device(device)
+    return device if device.type == DEVICE else None
+
+
+def _patch_rng_state_hops() -> None:
+    """Let checkpointed random ops on neuron save/restore the neuron generator, as CUDA does.
+
+    With activation checkpointing the partitioner recomputes random ops (dropout, SDPA
+    dropout) in the backward graph and, for devices without graph-safe RNG (all but
+    CUDA, so neuron like CPU), wraps them in the HOPs ``run_and_save_rng_state`` (forward:
+    stash the generator state) and ``run_with_rng_state`` (backward: replay from it), so
+    the recomputation draws the same masks. Their BackendSelect kernel, which the fake
+    impl of ``run_and_save_rng_state`` also calls, knows only cuda/cpu/hpu/xpu from a
+    closure-local table and asserts "Backend not supported for neuron". We register the
+    neuron (PrivateUse1) kernels and put a BackendSelect/fake kernel in front of the
+    original ones that handles neuron and delegates every other device.
+    """
+    from torch._C import DispatchKey
+    from torch._higher_order_ops.utils import registered_hop_fake_fns
+    from torch._prims import rng_prims
+
+    save, replay = rng_prims.run_and_save_rng_state, rng_prims.run_with_rng_state
+
+    def save_neuron(op, *args, **kwargs):
+        device = _neuron_device_of(args, kwargs) or torch.device(DEVICE, torch.neuron.current_device())
+        return torch.neuron.get_rng_state(device), op(*args, **kwargs)
+
+    def replay_neuron(rng_state, op, *args, **kwargs):
+        device = _neuron_device_of(args, kwargs) or torch.device(DEVICE, torch.neuron.current_device())
+        current = torch.neuron.get_rng_state(device)
+        torch.neuron.set_rng_state(rng_state, device)
+        try:
+            return op(*args, **kwargs)
+        finally:
+            torch.neuron.set_rng_state(current, device)
+
+    orig_save_select = save.py_kernels[DispatchKey.BackendSelect]
+    orig_replay_select = replay.py_kernels[DispatchKey.BackendSelect]
+
+    def save_select(op, *args, **kwargs):
+        if _neuron_device_of(args, kwargs) is not None:
+            return save_neuron(op, *args, **kwargs)
+        return orig_save_select(op, *args, **kwargs)
+
+    def replay_select(rng_state, op, *args, **kwargs):
+        if _neuron_device_of(args, kwargs) is not None:
+            return replay_neuron(rng_state, op, *args, **kwargs)
+        return orig_replay_select(rng_state, op, *args, **kwargs)
+
+    for hop, neuron_kernel, select in ((save, save_neuron, save_select), (replay, replay_neuron, replay_select)):
+        if DispatchKey.PrivateUse1 not in hop.py_kernels:
+            hop.py_impl(DispatchKey.PrivateUse1)(neuron_kernel)
+        hop.py_kernels[DispatchKey.BackendSelect] = select
+        hop._dispatch_cache.clear()  # it may already hold the original BackendSelect kernel
+    # The fake impl of run_and_save_rng_state is the BackendSelect kernel itself (it
+    # returns a real CPU state tensor next to fake outputs, like CUDA's); the fake impl
+    # of run_with_rng_state ignores the device and needs no change. The partitioner
+    # types the saved state like CPU's (uint8[5056], mt19937), which is also the
+    # neuron generator's state format, so the graphs' shapes agree.
+    registered_hop_fake_fns[save] = save_select
+
+
+# --------------------------------------------------------------------------- #
 # Compilation entry points
 # --------------------------------------------------------------------------- #
 
@@ -385,6 +459,11 @@ def compile_graph(gm, example_inputs, *, cache_dir: str, use_cache: bool, on_inn
         "fx_graph_remote_cache": False,
         "autotune_remote_cache": False,
         "cpp_wrapper": False,
+        # Inductor's layout heuristic for non-CPU devices would make conv weights
+        # channels_last; the device runs CPU's convolution, which (like the fake
+        # convolution of an "Overrideable" backend) answers contiguous, so the
+        # conversions would only cost copies.
+        "layout_optimization": False,
     }
 
     @functools.wraps(compile_fx_inner)

@@ -45,6 +45,10 @@ from .streams import Event, Stream, StreamContext, current_stream, default_strea
 
 
 def __getattr__(name):
+    # torch.utils.checkpoint stashes and replays the device RNG only when
+    # `torch.<device>._initialized` is true, as for torch.cuda.
+    if name == "_initialized":
+        return is_initialized()
     if name == "default_generators":
         from . import random
 
