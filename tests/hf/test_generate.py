@@ -3,12 +3,12 @@ loading, greedy and seeded sampling, eager and static cache with the decode step
 compiled by transformers with backend "neuron", tokens identical to CPU, bounded
 compilations, and tensor parallel (tp_plan="auto", torchrun) equal to one process."""
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import worker_env
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "generate.py"
@@ -17,12 +17,8 @@ NEW_TOKENS = 12
 
 
 def _env(cache_dir):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    env["HF_HUB_OFFLINE"] = "1"
-    env.setdefault("OMP_NUM_THREADS", "1")
+    env = worker_env(TORCH_NEURONX_NEFF_CACHE_DIR=str(cache_dir))  # never the user's compile cache
     env.pop("HF_DEACTIVATE_ASYNC_LOAD", None)  # transformers' async weight loading stays on
-    env["TORCH_NEURONX_NEFF_CACHE_DIR"] = str(cache_dir)  # never the user's compile cache
     return env
 
 
