@@ -123,7 +123,7 @@ void free_device_memory(void* ptr) {
 
 [[noreturn]] void raise_oom(c10::DeviceIndex device, size_t nbytes, rt::AllocStatus status) {
   auto c = rt::Runtime::get().memory(device);
-  const uint64_t free_bytes = c.capacity > c.allocated_current ? c.capacity - c.allocated_current : 0;
+  const uint64_t free_bytes = c.capacity > c.reserved_current ? c.capacity - c.reserved_current : 0;
   if (status == rt::AllocStatus::OutOfHostMemory) {
     TORCH_CHECK_WITH(OutOfMemoryError, false, "Neuron out of memory. Tried to allocate ",
                      format_bytes(nbytes), " on neuron:", static_cast<int>(device),
@@ -134,9 +134,11 @@ void free_device_memory(void* ptr) {
                    format_bytes(nbytes), " on neuron:", static_cast<int>(device), " (requested ",
                    nbytes, " bytes). The logical NeuronCore has a total capacity of ",
                    format_bytes(c.capacity), " of which ", format_bytes(free_bytes),
-                   " is free; ", format_bytes(c.allocated_current),
-                   " is allocated by PyTorch. Free tensors, reduce the batch size, or shard "
-                   "the model across more NeuronCores.");
+                   " is free. Of the reserved memory ", format_bytes(c.allocated_current),
+                   " is allocated by PyTorch, and ",
+                   format_bytes(c.reserved_current - std::min(c.reserved_current, c.allocated_current)),
+                   " is reserved by PyTorch but unallocated. Free tensors, reduce the batch size, "
+                   "or shard the model across more NeuronCores.");
 }
 
 }  // namespace
@@ -175,21 +177,20 @@ struct NeuronAllocator final : c10::DeviceAllocator {
     rt::Runtime::get().copy(dst, src, count);
   }
   bool initialized() override { return is_initialized(); }
-  // No caching: memory goes back to the core as soon as a tensor dies, so
-  // reserved == allocated and empty_cache has nothing to release.
-  void emptyCache(c10::MempoolId_t) override {}
+  void emptyCache(c10::MempoolId_t) override { runtime().release_cached(-1); }
   void recordStream(const c10::DataPtr&, c10::Stream) override {}
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
     check_device_index(device);
     auto c = runtime().memory(device);
     c10::CachingDeviceAllocator::DeviceStats s;
     fill_stat(s.allocated_bytes, c.allocated_current, c.allocated_peak, c.allocated_total, c.freed_total);
-    s.reserved_bytes = s.allocated_bytes;
+    fill_stat(s.reserved_bytes, c.reserved_current, c.reserved_peak, c.reserved_total, c.released_total);
     s.active_bytes = s.allocated_bytes;
     s.requested_bytes = s.allocated_bytes;
     fill_stat(s.allocation, c.live_count, c.live_count_peak, c.num_allocs, c.num_frees);
-    s.segment = s.allocation;
+    fill_stat(s.segment, c.segment_count, c.segment_count_peak, 0, 0);
     s.active = s.allocation;
+    s.num_alloc_retries = c.num_alloc_retries;
     s.num_ooms = c.num_ooms;
     s.num_device_alloc = c.num_allocs;
     s.num_device_free = c.num_frees;
@@ -206,7 +207,7 @@ struct NeuronAllocator final : c10::DeviceAllocator {
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
     check_device_index(device);
     auto c = runtime().memory(device);
-    return {c.capacity - c.allocated_current, c.capacity};
+    return {c.capacity - c.reserved_current, c.capacity};
   }
 };
 

@@ -58,6 +58,13 @@ py::dict memory_counters(int device) {
   d["allocated_peak"] = c.allocated_peak;
   d["allocated_total"] = c.allocated_total;
   d["freed_total"] = c.freed_total;
+  d["reserved_current"] = c.reserved_current;
+  d["reserved_peak"] = c.reserved_peak;
+  d["reserved_total"] = c.reserved_total;
+  d["released_total"] = c.released_total;
+  d["num_alloc_retries"] = c.num_alloc_retries;
+  d["segment_count"] = c.segment_count;
+  d["segment_count_peak"] = c.segment_count_peak;
   d["num_allocs"] = c.num_allocs;
   d["num_frees"] = c.num_frees;
   d["num_ooms"] = c.num_ooms;
@@ -114,6 +121,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     check_device_index(i);
     runtime().reset_peak(i);
   });
+  m.def("_empty_cache", [] { runtime().release_cached(-1); });
   m.def("_reset_accumulated", [](int i) {
     check_device_index(i);
     runtime().reset_accumulated(i);

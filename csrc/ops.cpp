@@ -178,76 +178,61 @@ at::Tensor tensor_on(c10::Storage storage, c10::DispatchKey key, const at::Tenso
 
 // The CPU alias objects are recycled per thread: building and destroying a
 // StorageImpl and a TensorImpl per argument was most of the fallback's cost.
-// A pooled storage borrows the device memory (no reference, no deleter) only
-// while the op runs; one a kernel kept hold of is given an owning pointer.
+// Each pooled tensor keeps a storage of its own, which borrows the device
+// memory (no reference, no deleter) only while the op runs; one a kernel kept
+// hold of is given an owning pointer. Sizes and strides are only rewritten
+// when they change, which also spares recomputing the contiguity flags.
 struct AliasPool {
-  c10::SmallVector<c10::Storage, 16> storages;
   c10::SmallVector<at::Tensor, 16> tensors;
-  c10::Storage parked;  // what pooled tensors point at between ops
-  c10::DispatchKeySet keys;  // of a plain CPU alias; anything else is not reused
+  c10::DispatchKeySet keys;  // of a CPU alias; anything else is not reused
 
-  AliasPool()
-      : parked(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, c10::Device(c10::kCPU)), nullptr, false) {}
-
-  c10::Storage storage_over(c10::StorageImpl* nimpl) {
-    c10::Storage s;
-    if (storages.empty()) {
-      s = c10::Storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, c10::Device(c10::kCPU)),
-                       charging_cpu_allocator(), /*resizable=*/true);
-    } else {
-      s = std::move(storages.back());
-      storages.pop_back();
-    }
-    auto* impl = s.unsafeGetStorageImpl();
-    impl->set_data_ptr_noswap(c10::DataPtr(nimpl->mutable_data(), c10::Device(c10::kCPU)));
-    impl->set_nbytes(nimpl->nbytes());
-    return s;
-  }
-
-  at::Tensor tensor_over(const c10::Storage& storage, const at::Tensor& like) {
+  at::Tensor tensor_over(c10::StorageImpl* nimpl, const at::Tensor& like) {
     if (tensors.empty()) {
-      at::Tensor t = tensor_on(storage, c10::DispatchKey::CPU, like);
-      keys = t.unsafeGetTensorImpl()->key_set();
+      c10::Storage own(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, c10::Device(c10::kCPU)),
+                       charging_cpu_allocator(), /*resizable=*/true);
+      borrow(own.unsafeGetStorageImpl(), nimpl);
+      at::Tensor t = tensor_on(std::move(own), c10::DispatchKey::CPU, like);
+      keys = plain_keys(t.unsafeGetTensorImpl());
       return t;
     }
     at::Tensor t = std::move(tensors.back());
     tensors.pop_back();
     auto* impl = t.unsafeGetTensorImpl();
-    impl->set_storage_and_dtype(storage, like.dtype());
-    impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+    borrow(impl->storage().unsafeGetStorageImpl(), nimpl);
+    if (impl->dtype() != like.dtype()) impl->set_storage_and_dtype(impl->storage(), like.dtype());
+    if (impl->sizes() != like.sizes() || impl->strides() != like.strides()) {
+      impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+    } else if (impl->storage_offset() != like.storage_offset()) {
+      impl->set_storage_offset(like.storage_offset());
+    }
     impl->_set_conj(like.is_conj());
     impl->_set_neg(like.is_neg());
     return t;
   }
 
-  void give_back_tensor(at::Tensor&& t) {
+  // tensor_over() sets the conj/neg bits per use.
+  static c10::DispatchKeySet plain_keys(const c10::TensorImpl* impl) {
+    return impl->key_set().remove(c10::DispatchKey::Conjugate).remove(c10::DispatchKey::Negative);
+  }
+
+  static void borrow(c10::StorageImpl* cpu, c10::StorageImpl* nimpl) {
+    cpu->set_data_ptr_noswap(c10::DataPtr(nimpl->mutable_data(), c10::Device(c10::kCPU)));
+    cpu->set_nbytes(nimpl->nbytes());
+  }
+
+  // Reused only when nothing but its table entry shares its storage.
+  void give_back(at::Tensor&& t) {
     auto* impl = t.unsafeGetTensorImpl();
     if (tensors.size() < tensors.capacity() && t.use_count() == 1 && t.weak_use_count() == 1 &&
-        !impl->pyobj_slot()->load_pyobj() && !impl->is_wrapped_number() && impl->key_set() == keys &&
-        impl->allow_tensor_metadata_change()) {
-      impl->set_storage_keep_dtype(parked);
+        impl->storage().use_count() == 2 && !impl->pyobj_slot()->load_pyobj() && !impl->is_wrapped_number() &&
+        plain_keys(impl) == keys && impl->allow_tensor_metadata_change()) {
+      auto* st = impl->storage().unsafeGetStorageImpl();
+      st->set_data_ptr_noswap(c10::DataPtr(nullptr, c10::Device(c10::kCPU)));
+      st->set_nbytes(0);
       tensors.push_back(std::move(t));
     }
     t.reset();
   }
-
-  // `borrowed_from` is the neuron storage whose memory a pooled storage borrows.
-  void give_back_storage(c10::Storage&& s, c10::StorageImpl* borrowed_from) {
-    auto* impl = s.unsafeGetStorageImpl();
-    const bool borrowing = impl->data_ptr().get_deleter() == nullptr;
-    if (s.use_count() == 1) {
-      impl->set_data_ptr_noswap(c10::DataPtr(nullptr, c10::Device(c10::kCPU)));
-      impl->set_nbytes(0);
-      if (storages.size() < storages.capacity()) storages.push_back(std::move(s));
-    } else if (borrowing && impl->data() != nullptr) {
-      // A kernel kept the alias: it must keep the device memory alive too.
-      c10::raw::intrusive_ptr::incref(borrowed_from);
-      impl->set_data_ptr_noswap(
-          c10::DataPtr(impl->mutable_data(), borrowed_from, &release_storage, c10::Device(c10::kCPU)));
-    }
-    s = c10::Storage();
-  }
-
 };
 
 AliasPool& alias_pool() {
@@ -265,29 +250,40 @@ struct AliasTable {
   c10::SmallVector<Entry, 8> entries;
   c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 4> adopted;  // cpu -> neuron
   c10::SmallVector<at::Tensor, 8> aliases;
+  AliasPool& pool = alias_pool();
 
   AliasTable() = default;
   AliasTable(const AliasTable&) = delete;
   AliasTable& operator=(const AliasTable&) = delete;
 
   ~AliasTable() {
-    auto& pool = alias_pool();
-    for (auto& t : aliases) pool.give_back_tensor(std::move(t));
-    for (auto& e : entries) pool.give_back_storage(std::move(e.cpu), e.neuron);
+    // Latest first: an alias sharing an earlier one's storage lets go of it
+    // before the earlier one is considered for reuse.
+    for (auto it = aliases.rbegin(); it != aliases.rend(); ++it) pool.give_back(std::move(*it));
+    for (auto& e : entries) {
+      auto* impl = e.cpu.unsafeGetStorageImpl();
+      if (e.cpu.use_count() > 1 && impl->data_ptr().get_deleter() == nullptr && impl->data() != nullptr) {
+        // A kernel kept the alias: it must keep the device memory alive too.
+        c10::raw::intrusive_ptr::incref(e.neuron);
+        impl->set_data_ptr_noswap(
+            c10::DataPtr(impl->mutable_data(), e.neuron, &release_storage, c10::Device(c10::kCPU)));
+      }
+    }
   }
 
   at::Tensor alias(const at::Tensor& t) {
-    auto* nimpl = t.storage().unsafeGetStorageImpl();
-    auto& pool = alias_pool();
-    const c10::Storage* cpu = nullptr;
-    for (auto& e : entries)
-      if (e.neuron == nimpl) cpu = &e.cpu;
-    if (!cpu) {
-      entries.push_back({nimpl, pool.storage_over(nimpl), nimpl->data(), nimpl->nbytes()});
-      cpu = &entries.back().cpu;
-    }
-    aliases.push_back(pool.tensor_over(*cpu, t));
+    aliases.push_back(alias_only(t));
     return aliases.back();
+  }
+
+  // An alias the caller gives back to the pool (see AliasList).
+  at::Tensor alias_only(const at::Tensor& t) {
+    auto* nimpl = t.storage().unsafeGetStorageImpl();
+    for (auto& e : entries)
+      if (e.neuron == nimpl) return tensor_on(e.cpu, c10::DispatchKey::CPU, t);
+    at::Tensor a = pool.tensor_over(nimpl, t);
+    entries.push_back({nimpl, a.storage(), nimpl->data(), nimpl->nbytes()});
+    return a;
   }
 
   // The neuron storage that holds the memory of a CPU storage produced by a kernel.
@@ -516,6 +512,21 @@ void cpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
 // and plain values are listed: they never resize or swap storages.
 namespace {
 
+// The aliases of a tensor-list argument (cat). Inputs only: never an
+// in-place result, so they stay out of the table's alias list, whose elements
+// must not move while the call holds references to them.
+struct AliasList {
+  explicit AliasList(AliasPool& p) : pool(&p) {}
+  AliasList(AliasList&&) = default;
+  ~AliasList() {
+    for (auto it = tensors.rbegin(); it != tensors.rend(); ++it) pool->give_back(std::move(*it));
+  }
+  operator at::ITensorListRef() const { return at::ITensorListRef(tensors.data(), tensors.size()); }
+
+  AliasPool* pool;
+  c10::SmallVector<at::Tensor, 8> tensors;
+};
+
 class UnboxedCall {
  public:
   UnboxedCall(OpMeta& meta, const c10::FunctionSchema& schema) : meta_(meta), schema_(schema) {}
@@ -523,6 +534,13 @@ class UnboxedCall {
   // Called left to right, once per argument (braced initialisation).
   at::Tensor& in(at::Tensor& t) { return convert(t); }
   at::Tensor in(const at::Tensor& t) { return convert(t); }
+  AliasList in(const at::ITensorListRef& list) {
+    const int i = arg_++;
+    AliasList out(table_.pool);
+    out.tensors.reserve(list.size());
+    for (const at::Tensor& t : list) out.tensors.push_back(check(t, i) ? table_.alias_only(t) : t);
+    return out;
+  }
   template <class T>
   T&& in(T&& v) {
     ++arg_;
@@ -561,7 +579,18 @@ class UnboxedCall {
  private:
   at::Tensor& convert(const at::Tensor& t) {
     const int i = arg_++;
-    if (!t.defined()) return const_cast<at::Tensor&>(t);
+    if (!check(t, i)) return const_cast<at::Tensor&>(t);
+    TORCH_INTERNAL_ASSERT(n_ < kMaxTensors);
+    table_.alias(t);
+    aliases_[n_] = &table_.aliases.back();
+    originals_[n_] = const_cast<at::Tensor*>(&t);
+    return *aliases_[n_++];
+  }
+
+  // True for a neuron tensor, which then needs an alias; records what
+  // before_run() reports (device mismatch, non-native dtype).
+  bool check(const at::Tensor& t, int i) {
+    if (!t.defined()) return false;
     if (t.device().type() == kNeuron) {
       if (auto* r = non_native_dtype(t.scalar_type())) odd_dtype_ = r;
       if (dev_ < 0) {
@@ -571,17 +600,13 @@ class UnboxedCall {
       }
       TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == c10::kStrided, "neuron supports only strided tensors (",
                                   meta_.name, ")");
-      TORCH_INTERNAL_ASSERT(n_ < kMaxTensors);
-      table_.alias(t);
-      aliases_[n_] = &table_.aliases.back();
-      originals_[n_] = const_cast<at::Tensor*>(&t);
-      return *aliases_[n_++];
+      return true;
     }
     if (!(t.device().type() == c10::kCPU && t.dim() == 0) && bad_arg_ < 0) {
       bad_arg_ = i;
       bad_device_ = t.device();
     }
-    return const_cast<at::Tensor&>(t);
+    return false;
   }
 
   static constexpr size_t kMaxTensors = 8;  // the alias table's inline capacity: no reallocation
@@ -896,6 +921,21 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("mm", TORCH_FN(Unboxed<at::_ops::mm>::run));
   m.impl("bmm", TORCH_FN(Unboxed<at::_ops::bmm>::run));
   m.impl("addmm", TORCH_FN(Unboxed<at::_ops::addmm>::run));
+  m.impl("sum", TORCH_FN(Unboxed<at::_ops::sum>::run));
+  m.impl("sum.dim_IntList", TORCH_FN(Unboxed<at::_ops::sum_dim_IntList>::run));
+  m.impl("mean.dim", TORCH_FN(Unboxed<at::_ops::mean_dim>::run));
+  m.impl("_softmax", TORCH_FN(Unboxed<at::_ops::_softmax>::run));
+  m.impl("_log_softmax", TORCH_FN(Unboxed<at::_ops::_log_softmax>::run));
+  m.impl("gelu", TORCH_FN(Unboxed<at::_ops::gelu>::run));
+  m.impl("silu", TORCH_FN(Unboxed<at::_ops::silu>::run));
+  m.impl("tanh", TORCH_FN(Unboxed<at::_ops::tanh>::run));
+  m.impl("sigmoid", TORCH_FN(Unboxed<at::_ops::sigmoid>::run));
+  m.impl("rsqrt", TORCH_FN(Unboxed<at::_ops::rsqrt>::run));
+  m.impl("pow.Tensor_Scalar", TORCH_FN(Unboxed<at::_ops::pow_Tensor_Scalar>::run));
+  m.impl("where.self", TORCH_FN(Unboxed<at::_ops::where_self>::run));
+  m.impl("clone", TORCH_FN(Unboxed<at::_ops::clone>::run));
+  m.impl("index_select", TORCH_FN(Unboxed<at::_ops::index_select>::run));
+  m.impl("cat", TORCH_FN(Unboxed<at::_ops::cat>::run));
   // Composites that route by device type to kernels that do not exist here.
   m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&neuron_convolution>());
   m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&neuron_convolution>());

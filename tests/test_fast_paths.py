@@ -1,6 +1,6 @@
-"""The unboxed fast paths (add/sub/mul/div, neg, exp, mm, bmm, addmm), the
-recycled CPU aliases and in-place result adoption must behave exactly like
-the boxed fallback, i.e. like CPU."""
+"""The unboxed fast paths (add/sub/mul/div, reductions, activations, matmuls,
+...), the recycled CPU aliases and in-place result adoption must behave exactly
+like the boxed fallback, i.e. like CPU."""
 import pytest
 import torch
 
@@ -18,7 +18,8 @@ def test_binary_functional_and_inplace(name, dtype):
     a, an = _pair(4, 6, dtype=dtype)
     b, bn = _pair(6, dtype=dtype)  # broadcast
     op = getattr(torch, name)
-    torch.testing.assert_close(op(an, bn).cpu(), op(a, b), rtol=0, atol=0)
+    # Integer div can meet 0 / 0: NaN on both devices.
+    torch.testing.assert_close(op(an, bn).cpu(), op(a, b), rtol=0, atol=0, equal_nan=True)
     torch.testing.assert_close(op(an, 3).cpu(), op(a, 3), rtol=0, atol=0)
     if name == "div" and not dtype.is_floating_point:
         with pytest.raises(RuntimeError, match="result type Float can't be cast"):
@@ -30,7 +31,7 @@ def test_binary_functional_and_inplace(name, dtype):
     out = getattr(viewn, name + "_")(bn[:3].unsqueeze(1))
     getattr(view, name + "_")(b[:3].unsqueeze(1))
     assert out is viewn and out.device.type == N and out.stride() == view.stride()
-    torch.testing.assert_close(acn.cpu(), ac, rtol=0, atol=0)
+    torch.testing.assert_close(acn.cpu(), ac, rtol=0, atol=0, equal_nan=True)
 
 
 def test_unary_and_matmul_family():
@@ -43,6 +44,55 @@ def test_unary_and_matmul_family():
     assert torch.equal(torch.addmm(cn, an, bn, beta=0.5, alpha=2).cpu(), torch.addmm(c, a, b, beta=0.5, alpha=2))
     assert torch.equal(torch.bmm(an[None].expand(2, 5, 7), bn[None].expand(2, 7, 3)).cpu(),
                        torch.bmm(a[None].expand(2, 5, 7), b[None].expand(2, 7, 3)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_reductions_and_activations(dtype):
+    a, an = _pair(4, 6, dtype=dtype)
+    cases = [
+        lambda t: t.sum(), lambda t: t.sum(1, keepdim=True), lambda t: t.sum(0, dtype=torch.float32),
+        lambda t: t.mean(-1), lambda t: torch.softmax(t, 1), lambda t: torch.log_softmax(t, 0),
+        lambda t: torch.nn.functional.gelu(t), lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
+        torch.nn.functional.silu, torch.tanh, torch.sigmoid, lambda t: torch.rsqrt(t.abs() + 1),
+        lambda t: t.pow(2), lambda t: torch.where(t > 0, t, t * 3), lambda t: t.t().clone(),
+        lambda t: t.clone(memory_format=torch.contiguous_format).t(),
+        lambda t: t.index_select(1, torch.tensor([0, 5, 2], device=t.device)),
+    ]
+    for i, f in enumerate(cases):
+        got, want = f(an), f(a)
+        assert got.device.type == N, i
+        assert got.stride() == want.stride(), i
+        torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0, msg=f"case {i}")
+
+
+def test_cat_lists_of_any_length_and_shared_storages():
+    xs = [torch.randn(2, i + 1) for i in range(12)]  # more tensors than the inline alias capacity
+    xns = [x.to(N) for x in xs]
+    assert torch.equal(torch.cat(xns, 1).cpu(), torch.cat(xs, 1))
+    a, an = _pair(3, 4)
+    assert torch.equal(torch.cat([an, an[1:], an.t().t()]).cpu(), torch.cat([a, a[1:], a]))
+    assert torch.equal(torch.cat([an, torch.empty(0, device=N)]).cpu(), torch.cat([a, torch.empty(0)]))
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.cat([an, a])
+    an2 = an.clone()
+    torch.cat([an2, an2], out=torch.empty(0, device=N))  # out= still takes the boxed path
+    assert torch.equal(an2.cpu(), a)
+
+
+def test_recycled_aliases_take_each_argument_s_metadata():
+    # One pool of CPU aliases serves ops of every dtype, shape, offset and flag in turn.
+    x = torch.randn(6, 8)
+    xn = x.to(N)
+    ints, intsn = _pair(3, 5, dtype=torch.int64)
+    z = torch.randn(4, dtype=torch.complex64)
+    zn = z.to(N)
+    for _ in range(3):
+        for f in (lambda t, i, c: t[1:4, 2:6] * t[2:5, 1:5], lambda t, i, c: i[1:] + i[:2],
+                  lambda t, i, c: t.t()[3:] - 1, lambda t, i, c: (c.conj() * 2).resolve_conj(),
+                  lambda t, i, c: t.add_(t).div_(2), lambda t, i, c: t.view(8, 6).sum(0)):
+            got, want = f(xn, intsn, zn), f(x, ints, z)
+            torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
+    assert torch.equal(xn.cpu(), x)
 
 
 def test_errors_match_cpu():

@@ -48,11 +48,17 @@ struct InstanceInfo {
   std::vector<CoreInfo> visible;  // the cores this process may use
 };
 
+// allocated: bytes of live allocations as requested. reserved: what the
+// core's allocator holds, i.e. live blocks (rounded to their size class) plus
+// freed blocks it keeps for reuse; the HBM capacity limit applies to it.
 struct MemoryCounters {
   uint64_t allocated_current = 0, allocated_peak = 0;
   uint64_t allocated_total = 0, freed_total = 0;
-  uint64_t num_allocs = 0, num_frees = 0, num_ooms = 0;
+  uint64_t reserved_current = 0, reserved_peak = 0;
+  uint64_t reserved_total = 0, released_total = 0;
+  uint64_t num_allocs = 0, num_frees = 0, num_ooms = 0, num_alloc_retries = 0;
   uint64_t live_count = 0, live_count_peak = 0;
+  uint64_t segment_count = 0, segment_count_peak = 0;
   uint64_t capacity = 0;
 };
 
@@ -73,10 +79,15 @@ class Runtime {
   const InstanceInfo& instance() const { return info_; }
   int device_count() const { return static_cast<int>(info_.visible.size()); }
 
-  // Device memory. allocate() never throws; it reports why it failed.
+  // Device memory. allocate() never throws; it reports why it failed. Freed
+  // small blocks are kept per core and reused, as a device caching allocator
+  // does; when a request would exceed the capacity, the cache is released
+  // first and the request retried.
   AllocStatus allocate(int device, size_t nbytes, void** out);
   // Returns false (and does nothing) when ptr is not device memory.
   bool free(void* ptr);
+  // Returns the cached blocks of one core (or all with -1) to the host.
+  void release_cached(int device);
   // Which device owns ptr (or -1): for pointers handed in from outside.
   int device_of(const void* ptr) const;
 

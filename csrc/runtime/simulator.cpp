@@ -5,6 +5,7 @@
 #include "runtime.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -13,7 +14,11 @@
 #include <mutex>
 #include <set>
 #include <sstream>
-#include <unordered_map>
+#include <vector>
+
+// Header-only open-addressing map shipped with PyTorch; the runtime interface
+// (runtime.h) itself stays free of PyTorch headers.
+#include <c10/util/flat_hash_map.h>
 
 namespace neuron::rt {
 namespace {
@@ -157,15 +162,99 @@ InstanceInfo describe_instance() {
   return info;
 }
 
+namespace {
+
+// Block sizes: small requests are rounded up to one of a few size classes
+// (four per power of two, at least 512 bytes) so freed blocks can be reused by
+// requests of similar size; large requests get a block of their exact size and
+// are never cached.
+constexpr size_t kMinBlock = 512;
+constexpr size_t kMaxCachedBlock = 1 << 20;
+constexpr int kNumClasses = 1 + 4 * (20 - 9);  // 512, then (512, 1 MiB] in quarter steps
+// Bound on what a core keeps cached: small blocks only, so this is plenty for
+// reuse without holding on to much host memory.
+constexpr uint64_t kMaxCachedBytes = 64 * MiB;
+
+int size_class(size_t nbytes) {
+  if (nbytes <= kMinBlock) return 0;
+  const int e = 63 - __builtin_clzll(nbytes - 1);  // 2^e < nbytes <= 2^(e+1)
+  return 1 + (e - 9) * 4 + static_cast<int>(((nbytes - 1) >> (e - 2)) & 3);
+}
+
+size_t class_bytes(int cls) {
+  if (cls == 0) return kMinBlock;
+  const int e = 9 + (cls - 1) / 4;
+  return (size_t{1} << e) + static_cast<size_t>((cls - 1) % 4 + 1) * (size_t{1} << (e - 2));
+}
+
+size_t block_bytes(size_t nbytes) {
+  return nbytes <= kMaxCachedBlock ? class_bytes(size_class(nbytes)) : nbytes;
+}
+
+// Freed blocks of one core, one intrusive list per size class: a cached
+// block's first word links to the next one.
+struct BlockCache {
+  std::array<void*, kNumClasses> heads{};
+  uint64_t bytes = 0;
+
+  void* pop(int cls) {
+    void* p = heads[cls];
+    if (p) {
+      heads[cls] = *static_cast<void**>(p);
+      bytes -= class_bytes(cls);
+    }
+    return p;
+  }
+  bool push(void* p, size_t block) {
+    if (block > kMaxCachedBlock || bytes + block > kMaxCachedBytes) return false;
+    const int cls = size_class(block);
+    *static_cast<void**>(p) = heads[cls];
+    heads[cls] = p;
+    bytes += block;
+    return true;
+  }
+  // Unlinks every block; the caller frees them outside the lock.
+  uint64_t take_all(std::vector<void*>& out) {
+    for (auto& head : heads)
+      for (void* p = head; p; p = *static_cast<void**>(p)) out.push_back(p);
+    heads.fill(nullptr);
+    uint64_t n = bytes;
+    bytes = 0;
+    return n;
+  }
+};
+
+struct Live {
+  int device;
+  size_t nbytes;
+};
+
+}  // namespace
+
 struct Runtime::State {
   mutable std::mutex mu;
   std::vector<MemoryCounters> counters;
-  std::unordered_map<const void*, std::pair<int, size_t>> live;  // ptr -> (device, bytes)
+  std::vector<BlockCache> caches;
+  ska::flat_hash_map<const void*, Live> live;
+
+  // Under mu. Moves one core's cached blocks into `out`; returns their bytes.
+  void uncache(int device, std::vector<void*>& out) {
+    auto& c = counters[device];
+    const size_t before = out.size();
+    const uint64_t bytes = caches[device].take_all(out);
+    c.reserved_current -= bytes;
+    c.released_total += bytes;
+    c.segment_count -= out.size() - before;
+  }
 };
 
 namespace {
 std::atomic<bool> g_started{false};
+
+void free_all(const std::vector<void*>& blocks) {
+  for (void* p : blocks) std::free(p);
 }
+}  // namespace
 
 bool Runtime::started() { return g_started.load(std::memory_order_acquire); }
 
@@ -177,6 +266,7 @@ Runtime& Runtime::get() {
 
 Runtime::Runtime() : info_(describe_instance()), state_(new State) {
   state_->counters.resize(info_.visible.size());
+  state_->caches.resize(info_.visible.size());
   state_->live.reserve(1 << 14);
   for (size_t i = 0; i < info_.visible.size(); ++i)
     state_->counters[i].capacity = info_.visible[i].hbm_capacity;
@@ -185,65 +275,101 @@ Runtime::Runtime() : info_(describe_instance()), state_(new State) {
 AllocStatus Runtime::allocate(int device, size_t nbytes, void** out) {
   *out = nullptr;
   auto& c = state_->counters.at(device);  // sized once at start-up
-  if (nbytes > c.capacity) {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    ++c.num_ooms;
-    return AllocStatus::OutOfDeviceMemory;
-  }
-  // Host memory first, then one critical section for the accounting: this
-  // runs for every op result, so it takes the lock once.
-  void* p = nullptr;
-  if (nbytes > 0 && posix_memalign(&p, 64, nbytes) != 0) p = nullptr;
+  const size_t block = block_bytes(nbytes);
   std::unique_lock<std::mutex> lock(state_->mu);
-  if (c.allocated_current + nbytes > c.capacity) {
+  void* p = nullptr;
+  if (nbytes > 0) {
+    if (block <= kMaxCachedBlock) p = state_->caches[device].pop(size_class(block));
+    if (!p) {
+      if (c.reserved_current + block > c.capacity && state_->caches[device].bytes > 0) {
+        // As a caching allocator does before giving up: release the cache, retry.
+        std::vector<void*> cached;
+        state_->uncache(device, cached);
+        ++c.num_alloc_retries;
+        lock.unlock();
+        free_all(cached);
+        lock.lock();
+      }
+      if (c.reserved_current + block > c.capacity) {
+        ++c.num_ooms;
+        return AllocStatus::OutOfDeviceMemory;
+      }
+      // Reserve first so concurrent requests see the capacity taken, then
+      // get the host memory outside the lock.
+      c.reserved_current += block;
+      lock.unlock();
+      if (posix_memalign(&p, 64, block) != 0) p = nullptr;
+      lock.lock();
+      if (!p) {
+        c.reserved_current -= block;
+        ++c.num_ooms;
+        return AllocStatus::OutOfHostMemory;
+      }
+      c.reserved_peak = std::max(c.reserved_peak, c.reserved_current);
+      c.reserved_total += block;
+      c.segment_count_peak = std::max(c.segment_count_peak, ++c.segment_count);
+    }
+    state_->live.emplace(p, Live{device, nbytes});
+    c.live_count_peak = std::max(c.live_count_peak, ++c.live_count);
+  } else if (nbytes > c.capacity) {
     ++c.num_ooms;
-    lock.unlock();
-    std::free(p);
     return AllocStatus::OutOfDeviceMemory;
-  }
-  if (nbytes > 0 && p == nullptr) {
-    ++c.num_ooms;
-    return AllocStatus::OutOfHostMemory;
   }
   c.allocated_current += nbytes;
   c.allocated_peak = std::max(c.allocated_peak, c.allocated_current);
   c.allocated_total += nbytes;
   ++c.num_allocs;
-  if (p) {
-    state_->live.emplace(p, std::make_pair(device, nbytes));
-    c.live_count_peak = std::max(c.live_count_peak, ++c.live_count);
-  }
   *out = p;
   return AllocStatus::Ok;
 }
 
 bool Runtime::free(void* ptr) {
   if (!ptr) return false;
+  size_t block = 0;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     auto it = state_->live.find(ptr);
     if (it == state_->live.end()) return false;
-    auto& c = state_->counters[it->second.first];
-    const size_t nbytes = it->second.second;
+    const int device = it->second.device;
+    const size_t nbytes = it->second.nbytes;
+    state_->live.erase(it);
+    auto& c = state_->counters[device];
     c.allocated_current -= nbytes;
     c.freed_total += nbytes;
     ++c.num_frees;
     --c.live_count;
-    state_->live.erase(it);
+    block = block_bytes(nbytes);
+    if (state_->caches[device].push(ptr, block)) return true;
+    c.reserved_current -= block;
+    c.released_total += block;
+    --c.segment_count;
   }
   std::free(ptr);
   return true;
 }
 
+void Runtime::release_cached(int device) {
+  std::vector<void*> cached;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (device >= 0) {
+      state_->uncache(device, cached);
+    } else {
+      for (int d = 0; d < device_count(); ++d) state_->uncache(d, cached);
+    }
+  }
+  free_all(cached);
+}
+
 int Runtime::device_of(const void* ptr) const {
   std::lock_guard<std::mutex> lock(state_->mu);
   auto it = state_->live.find(ptr);
-  if (it != state_->live.end()) return it->second.first;
-  // Interior pointers: the nearest allocation below ptr that still covers it.
+  if (it != state_->live.end()) return it->second.device;
+  // Interior pointers (rare: from_blob on a view): the live block covering it.
   const char* p = static_cast<const char*>(ptr);
   for (const auto& [base, info] : state_->live) {
     const char* b = static_cast<const char*>(base);
-    if (p >= b && p < b + info.second) return info.first;
+    if (p >= b && p < b + info.nbytes) return info.device;
   }
   return -1;
 }
@@ -263,14 +389,17 @@ void Runtime::reset_peak(int device) {
   std::lock_guard<std::mutex> lock(state_->mu);
   auto& c = state_->counters.at(device);
   c.allocated_peak = c.allocated_current;
+  c.reserved_peak = c.reserved_current;
   c.live_count_peak = c.live_count;
+  c.segment_count_peak = c.segment_count;
 }
 
 void Runtime::reset_accumulated(int device) {
   std::lock_guard<std::mutex> lock(state_->mu);
   auto& c = state_->counters.at(device);
   c.allocated_total = c.freed_total = 0;
-  c.num_allocs = c.num_frees = c.num_ooms = 0;
+  c.reserved_total = c.released_total = 0;
+  c.num_allocs = c.num_frees = c.num_ooms = c.num_alloc_retries = 0;
 }
 
 }  // namespace neuron::rt

@@ -76,7 +76,7 @@ def test_pipeline_compiled_matches_cpu(name):
 
 def test_example_saves_png(tmp_path):
     """The example end to end: progress bar, PNG, CPU check, non-zero exit on failure."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env = worker_env()
     cmd = [sys.executable, str(EXAMPLES / "diffusion.py"), "--pipeline", "qwenimage", "--steps", "2",
            "--check-cpu", "--out", str(tmp_path)]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)

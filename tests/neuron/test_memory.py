@@ -54,7 +54,7 @@ def test_capacity_is_per_core():
         torch.empty(13 * GiB, dtype=torch.uint8, device="neuron:0")
     b = torch.empty(13 * GiB, dtype=torch.uint8, device="neuron:1")  # another core: fits
     free, total = torch.neuron.mem_get_info(0)
-    assert total == 24 * GiB and free == total - torch.neuron.memory_allocated(0)
+    assert total == 24 * GiB and free == total - torch.neuron.memory_reserved(0)
     assert torch.accelerator.get_memory_info(1) == torch.neuron.mem_get_info(1)
     del a, b
 
@@ -87,3 +87,63 @@ def test_resize_grows_on_the_device():
     s = torch.ones(2, device="neuron:2").untyped_storage()
     s.resize_(64)
     assert s.nbytes() == 64
+
+
+def test_freed_small_blocks_are_cached_and_reused():
+    torch.neuron.empty_cache()
+    reserved, allocated = torch.neuron.memory_reserved(2), torch.neuron.memory_allocated(2)
+    x = torch.empty(1000, dtype=torch.uint8, device="neuron:2")
+    ptr = x.data_ptr()
+    # allocated counts the bytes asked for, reserved the block (size class 1 KiB).
+    assert torch.neuron.memory_allocated(2) == allocated + 1000
+    assert torch.neuron.memory_reserved(2) == reserved + 1024
+    del x
+    assert torch.neuron.memory_allocated(2) == allocated
+    assert torch.neuron.memory_reserved(2) == reserved + 1024  # kept for reuse
+    y = torch.empty(250, dtype=torch.float32, device="neuron:2")  # same size class
+    assert y.data_ptr() == ptr
+    assert torch.neuron.memory_reserved(2) == reserved + 1024
+    stats = torch.neuron.memory_stats(2)
+    assert stats["reserved_bytes.all.current"] == reserved + 1024
+    assert stats["allocated_bytes.all.current"] == allocated + 1000
+    del y
+    torch.neuron.empty_cache()
+    assert torch.neuron.memory_reserved(2) == reserved
+    assert torch.neuron.memory_allocated(2) == allocated
+
+
+def test_large_blocks_are_not_cached():
+    torch.neuron.empty_cache()
+    reserved = torch.neuron.memory_reserved(3)
+    x = torch.empty(4 << 20, dtype=torch.uint8, device="neuron:3")
+    assert torch.neuron.memory_reserved(3) == reserved + (4 << 20)
+    del x
+    assert torch.neuron.memory_reserved(3) == reserved
+
+
+def test_cache_is_released_before_out_of_memory():
+    torch.neuron.empty_cache()
+    blocks = [torch.empty(1 << 20, dtype=torch.uint8, device="neuron:1") for _ in range(8)]
+    del blocks
+    cached = torch.neuron.memory_reserved(1) - torch.neuron.memory_allocated(1)
+    assert cached >= 8 << 20
+    retries = torch.neuron.memory_stats(1)["num_alloc_retries"]
+    # Untouched memory is paged lazily; two halves keep each host request modest.
+    half = torch.empty(12 * GiB, dtype=torch.uint8, device="neuron:1")
+    free, _ = torch.neuron.mem_get_info(1)
+    # Fits only once the cached blocks go back to the core.
+    big = torch.empty(free + (4 << 20), dtype=torch.uint8, device="neuron:1")
+    assert torch.neuron.memory_stats(1)["num_alloc_retries"] == retries + 1
+    assert torch.neuron.memory_reserved(1) - torch.neuron.memory_allocated(1) < cached
+    del big, half
+    with pytest.raises(torch.OutOfMemoryError, match="reserved by PyTorch but unallocated"):
+        torch.empty(25 * GiB, dtype=torch.uint8, device="neuron:1")
+
+
+def test_accelerator_empty_cache_releases_every_core():
+    xs = [torch.empty(100, device=f"neuron:{i}") for i in range(4)]
+    del xs
+    assert any(torch.neuron.memory_reserved(i) > torch.neuron.memory_allocated(i) for i in range(4))
+    torch.accelerator.empty_cache()
+    assert all(torch.neuron.memory_reserved(i) >= torch.neuron.memory_allocated(i) for i in range(4))
+    assert torch.accelerator.memory_reserved(0) == torch.neuron.memory_reserved(0)

@@ -4,26 +4,31 @@ import collections
 from .. import _C
 from .device import _checked
 
-# The simulator does not cache: memory returns to the core as soon as a tensor
-# dies, so reserved == active == allocated.
-_BYTE_STATS = ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes")
+# Tensors hold "allocated" bytes (as requested); the core's caching allocator
+# holds "reserved" bytes: live blocks rounded to their size class plus freed
+# small blocks kept for reuse, which empty_cache() returns.
+_ALLOCATED = ("allocated_current", "allocated_peak", "allocated_total", "freed_total")
+_RESERVED = ("reserved_current", "reserved_peak", "reserved_total", "released_total")
+_BYTE_STATS = {"allocated_bytes": _ALLOCATED, "active_bytes": _ALLOCATED, "requested_bytes": _ALLOCATED,
+               "reserved_bytes": _RESERVED}
 
 
 def memory_stats(device=None) -> dict:
     """Allocator statistics, CUDA-style flattened keys (e.g. ``allocated_bytes.all.current``)."""
     c = _C._memory_counters(_checked(device))
     stats = collections.OrderedDict()
-    for key in _BYTE_STATS:
-        for name, value in (("current", c["allocated_current"]), ("peak", c["allocated_peak"]),
-                            ("allocated", c["allocated_total"]), ("freed", c["freed_total"])):
-            stats[f"{key}.all.{name}"] = value
-    for key in ("allocation", "active", "segment"):
+    for key, fields in _BYTE_STATS.items():
+        for name, field in zip(("current", "peak", "allocated", "freed"), fields):
+            stats[f"{key}.all.{name}"] = c[field]
+    for key in ("allocation", "active"):
         for name, value in (("current", c["live_count"]), ("peak", c["live_count_peak"]),
                             ("allocated", c["num_allocs"]), ("freed", c["num_frees"])):
             stats[f"{key}.all.{name}"] = value
+    stats["segment.all.current"] = c["segment_count"]
+    stats["segment.all.peak"] = c["segment_count_peak"]
     stats["allocation_requests"] = c["num_allocs"]
     stats["num_tensor_frees"] = c["num_frees"]
-    stats["num_alloc_retries"] = 0
+    stats["num_alloc_retries"] = c["num_alloc_retries"]
     stats["num_ooms"] = c["num_ooms"]
     stats["num_device_alloc"] = c["num_allocs"]
     stats["num_device_free"] = c["num_frees"]
@@ -41,13 +46,13 @@ def max_memory_allocated(device=None) -> int:
 
 
 def memory_reserved(device=None) -> int:
-    """Bytes reserved by the allocator (equal to allocated: no cache)."""
-    return memory_allocated(device)
+    """Bytes the caching allocator holds on the core (live blocks and its cache)."""
+    return _C._memory_counters(_checked(device))["reserved_current"]
 
 
 def max_memory_reserved(device=None) -> int:
     """Peak of memory_reserved."""
-    return max_memory_allocated(device)
+    return _C._memory_counters(_checked(device))["reserved_peak"]
 
 
 def reset_peak_memory_stats(device=None) -> None:
@@ -66,13 +71,14 @@ def reset_accumulated_memory_stats(device=None) -> None:
 
 
 def empty_cache() -> None:
-    """Nothing to release: the simulator returns memory to the core immediately."""
+    """Return the freed blocks the allocator keeps for reuse to the cores."""
+    _C._empty_cache()
 
 
 def mem_get_info(device=None) -> tuple:
     """(free, total) bytes of the logical NeuronCore's HBM."""
     c = _C._memory_counters(_checked(device))
-    return c["capacity"] - c["allocated_current"], c["capacity"]
+    return c["capacity"] - c["reserved_current"], c["capacity"]
 
 
 def _fmt(n: int) -> str:
@@ -88,7 +94,7 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
     c = _C._memory_counters(idx)
     rows = [
         ("Allocated memory", c["allocated_current"], c["allocated_peak"], c["allocated_total"], c["freed_total"]),
-        ("Reserved memory", c["allocated_current"], c["allocated_peak"], c["allocated_total"], c["freed_total"]),
+        ("Reserved memory", c["reserved_current"], c["reserved_peak"], c["reserved_total"], c["released_total"]),
     ]
     lines = [
         f"|{'=' * 75}|",
