@@ -271,7 +271,7 @@ struct AliasTable {
     }
   }
 
-  at::Tensor alias(const at::Tensor& t) {
+  const at::Tensor& alias(const at::Tensor& t) {
     aliases.push_back(alias_only(t));
     return aliases.back();
   }
@@ -533,7 +533,7 @@ class UnboxedCall {
 
   // Called left to right, once per argument (braced initialisation).
   at::Tensor& in(at::Tensor& t) { return convert(t); }
-  at::Tensor in(const at::Tensor& t) { return convert(t); }
+  const at::Tensor& in(const at::Tensor& t) { return convert(t); }
   AliasList in(const at::ITensorListRef& list) {
     const int i = arg_++;
     AliasList out(table_.pool);

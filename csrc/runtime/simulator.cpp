@@ -164,16 +164,19 @@ InstanceInfo describe_instance() {
 
 namespace {
 
-// Block sizes: small requests are rounded up to one of a few size classes
-// (four per power of two, at least 512 bytes) so freed blocks can be reused by
-// requests of similar size; large requests get a block of their exact size and
+// Block sizes: requests up to 64 MiB are rounded up to one of a few size
+// classes (four per power of two, at least 512 bytes) so freed blocks can be
+// reused by requests of similar size. Reuse also spares the host the page
+// faults of fresh memory, which cost more than the allocation itself for
+// activation-sized blocks. Larger requests get a block of their exact size and
 // are never cached.
+constexpr int kMaxCachedLog2 = 26;
 constexpr size_t kMinBlock = 512;
-constexpr size_t kMaxCachedBlock = 1 << 20;
-constexpr int kNumClasses = 1 + 4 * (20 - 9);  // 512, then (512, 1 MiB] in quarter steps
-// Bound on what a core keeps cached: small blocks only, so this is plenty for
-// reuse without holding on to much host memory.
-constexpr uint64_t kMaxCachedBytes = 64 * MiB;
+constexpr size_t kMaxCachedBlock = size_t{1} << kMaxCachedLog2;
+constexpr int kNumClasses = 1 + 4 * (kMaxCachedLog2 - 9);  // 512, then (512, 64 MiB] in quarter steps
+// Bound on what a core keeps cached, so the simulator's host memory stays
+// close to what tensors use.
+constexpr uint64_t kMaxCachedBytes = 256 * MiB;
 
 int size_class(size_t nbytes) {
   if (nbytes <= kMinBlock) return 0;

@@ -278,6 +278,10 @@ def _patch_cat_lowering() -> None:
     input into its slice (vectorized), because the masked "pointwise cat" does not
     vectorize in the C++ backend. Neuron uses that backend, so it needs CPU's choice
     (a Flux single block's cat + GELU ran 10x slower as a scalar masked loop).
+    It also keeps neuron off an Inductor bug CPU never reaches: a pointwise cat fused into
+    a reduction wraps its index in ``Identity()``, and a clamped gather index over it
+    fails ``simplify_loops`` ("The argument '6 - ((0))' is not comparable", inkling2's
+    relative-position bias + attention sinks; CPU fails alike with ``force_pointwise_cat``).
     """
     from torch._inductor import config, ir, lowering
 
