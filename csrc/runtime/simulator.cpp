@@ -314,9 +314,6 @@ AllocStatus Runtime::allocate(int device, size_t nbytes, void** out) {
     }
     state_->live.emplace(p, Live{device, nbytes});
     c.live_count_peak = std::max(c.live_count_peak, ++c.live_count);
-  } else if (nbytes > c.capacity) {
-    ++c.num_ooms;
-    return AllocStatus::OutOfDeviceMemory;
   }
   c.allocated_current += nbytes;
   c.allocated_peak = std::max(c.allocated_peak, c.allocated_current);
