@@ -6,7 +6,7 @@ from .device import _checked
 
 # Tensors hold "allocated" bytes (as requested); the core's caching allocator
 # holds "reserved" bytes: live blocks rounded to their size class plus freed
-# small blocks kept for reuse, which empty_cache() returns.
+# blocks (up to 64 MiB each) kept for reuse, which empty_cache() returns.
 _ALLOCATED = ("allocated_current", "allocated_peak", "allocated_total", "freed_total")
 _RESERVED = ("reserved_current", "reserved_peak", "reserved_total", "released_total")
 _BYTE_STATS = {"allocated_bytes": _ALLOCATED, "active_bytes": _ALLOCATED, "requested_bytes": _ALLOCATED,
