@@ -508,8 +508,9 @@ void cpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
 // (device check, fidelity accounting, zero-copy aliases, charged results),
 // without boxing: boxing copies every tensor argument into the stack, and the
 // first extra reference to a tensor that Python owns takes the GIL to incref
-// its PyObject. Only functional and in-place ops whose arguments are tensors
-// and plain values are listed: they never resize or swap storages.
+// its PyObject. Only functional and in-place ops whose arguments are tensors,
+// input tensor lists and plain values are listed: they never resize or swap
+// storages.
 namespace {
 
 // The aliases of a tensor-list argument (cat). Inputs only: never an
