@@ -240,6 +240,24 @@ AliasPool& alias_pool() {
   return pool;
 }
 
+// A kernel's fresh result, owned by nobody else and already device memory
+// (the charging allocator), becomes a neuron tensor in place: no new
+// TensorImpl or StorageImpl.
+bool adopt_in_place(const at::Tensor& r, c10::DeviceIndex dev) {
+  auto* impl = r.unsafeGetTensorImpl();
+  if (r.use_count() != 1 || r.weak_use_count() != 1 || impl->pyobj_slot()->load_pyobj()) return false;
+  if (!impl->has_storage() || !impl->allow_tensor_metadata_change()) return false;
+  const c10::Storage& st = impl->storage();
+  if (st.use_count() != 1) return false;
+  auto* cimpl = st.unsafeGetStorageImpl();
+  if (!is_device_memory(cimpl->data_ptr()) || !cimpl->resizable()) return false;
+  cimpl->mutable_data_ptr().unsafe_set_device(c10::Device(kNeuron, dev));
+  cimpl->set_allocator(device_allocator());
+  impl->set_storage_keep_dtype(st);
+  impl->_change_backend_component_keys(c10::Device(kNeuron, dev));
+  return true;
+}
+
 struct AliasTable {
   struct Entry {
     c10::StorageImpl* neuron;
@@ -307,6 +325,14 @@ struct AliasTable {
     return out;
   }
 
+  // A CPU kernel's result as a neuron tensor: a fresh result of its own is
+  // adopted in place; one over an alias's storage (or anything else) is
+  // wrapped over the neuron storage that holds its memory.
+  at::Tensor neuron_result(const at::Tensor& r, c10::DeviceIndex dev) {
+    if (adopt_in_place(r, dev)) return r;
+    return tensor_on(neuron_storage_for(r.storage(), dev), c10::DispatchKey::PrivateUse1, r);
+  }
+
   // A kernel resized an aliased storage: the new buffer came from the device
   // (charging allocator); move it into the neuron storage all views share.
   void sync_resized_storages(c10::DeviceIndex dev) {
@@ -340,30 +366,69 @@ struct Converted {
   bool mut;
 };
 
-// A kernel's fresh result, owned by nobody else and already device memory
-// (the charging allocator), becomes a neuron tensor in place: no new
-// TensorImpl or StorageImpl.
-bool adopt_in_place(const at::Tensor& r, c10::DeviceIndex dev) {
-  auto* impl = r.unsafeGetTensorImpl();
-  if (r.use_count() != 1 || r.weak_use_count() != 1 || impl->pyobj_slot()->load_pyobj()) return false;
-  if (!impl->has_storage() || !impl->allow_tensor_metadata_change()) return false;
-  const c10::Storage& st = impl->storage();
-  if (st.use_count() != 1) return false;
-  auto* cimpl = st.unsafeGetStorageImpl();
-  if (!is_device_memory(cimpl->data_ptr()) || !cimpl->resizable()) return false;
-  cimpl->mutable_data_ptr().unsafe_set_device(c10::Device(kNeuron, dev));
-  cimpl->set_allocator(device_allocator());
-  impl->set_storage_keep_dtype(st);
-  impl->_change_backend_component_keys(c10::Device(kNeuron, dev));
-  return true;
-}
-
 [[noreturn]] void device_mismatch(const OpMeta& meta, const c10::FunctionSchema& schema, size_t arg,
                                   const at::Device& bad, const at::Device& expected) {
   TORCH_CHECK(false, "Expected all tensors to be on the same device, but got ", schema.arguments()[arg].name(),
               " is on ", bad, ", different from other tensors on ", expected,
               " (when checking argument in method ", meta.name, ")");
 }
+
+// The argument checks both fallback paths make, in PyTorch's terms: every
+// neuron tensor on one device, CPU tensors only as 0-dim scalars (as on CUDA)
+// or where the op allows them, strided layouts only; and the fidelity
+// accounting of the op once its device is known.
+class ArgCheck {
+ public:
+  ArgCheck(OpMeta& meta, const c10::FunctionSchema& schema) : meta_(meta), schema_(schema) {}
+
+  // True for a neuron tensor, which then needs an alias.
+  bool is_neuron(const at::Tensor& t, int i, bool allow_cpu = false) {
+    if (!t.defined()) return false;
+    if (t.device().type() == kNeuron) {
+      if (auto* r = non_native_dtype(t.scalar_type())) odd_dtype_ = r;
+      if (dev_ < 0) {
+        dev_ = t.device().index();
+      } else if (t.device().index() != dev_) {
+        device_mismatch(meta_, schema_, i, t.device(), at::Device(kNeuron, dev_));
+      }
+      TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == c10::kStrided, "neuron supports only strided tensors (",
+                                  meta_.name, ")");
+      return true;
+    }
+    if (!(t.device().type() == c10::kCPU && (t.dim() == 0 || allow_cpu)) && bad_arg_ < 0) {
+      bad_arg_ = i;
+      bad_device_ = t.device();
+    }
+    return false;
+  }
+
+  // A `device=neuron[:i]` argument.
+  void saw_device(c10::DeviceIndex index) {
+    if (dev_ < 0) dev_ = index;
+  }
+
+  // After all arguments: the op's device (the current one if no argument
+  // named it), a recorded mismatch raised, the op counted and fallbacks noted.
+  c10::DeviceIndex finish() {
+    if (dev_ < 0) dev_ = current_device();
+    if (bad_arg_ >= 0) device_mismatch(meta_, schema_, bad_arg_, bad_device_, at::Device(kNeuron, dev_));
+    meta_.executed.fetch_add(1, std::memory_order_relaxed);
+    if (meta_.no_native_lowering) {
+      record_fallback(meta_, "no Trainium lowering");
+    } else if (odd_dtype_) {
+      record_fallback(meta_, std::string(odd_dtype_) + " is not native on Trainium");
+    }
+    return dev_;
+  }
+
+ private:
+  OpMeta& meta_;
+  const c10::FunctionSchema& schema_;
+  c10::DeviceIndex dev_ = -1;
+  int bad_arg_ = -1;  // a non-scalar CPU tensor next to neuron tensors
+  at::Device bad_device_{c10::kCPU};
+  const char* odd_dtype_ = nullptr;
+};
 
 }  // namespace
 
@@ -375,32 +440,13 @@ void cpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
 
   AliasTable table;
   c10::SmallVector<Converted, 8> conv;
-  c10::DeviceIndex dev = -1;
-  int bad_arg = -1;  // a non-scalar CPU tensor next to neuron tensors
-  at::Device bad_device(c10::kCPU);
-  const char* odd_dtype = nullptr;
+  ArgCheck check(meta, schema);
 
   auto convert = [&](const at::Tensor& t, size_t i, bool allow_cpu) -> at::Tensor {
-    if (!t.defined()) return t;
-    const auto dtype = t.device().type();
-    if (dtype == kNeuron) {
-      if (auto* r = non_native_dtype(t.scalar_type())) odd_dtype = r;
-      if (dev < 0) {
-        dev = t.device().index();
-      } else if (t.device().index() != dev) {
-        device_mismatch(meta, schema, i, t.device(), at::Device(kNeuron, dev));
-      }
-      TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == c10::kStrided, "neuron supports only strided tensors (",
-                                  meta.name, ")");
-      auto c = table.alias(t);
-      conv.push_back({t, c, static_cast<bool>(meta.arg_mutable[i])});
-      return c;
-    }
-    if (!(dtype == c10::kCPU && (t.dim() == 0 || allow_cpu)) && bad_arg < 0) {
-      bad_arg = static_cast<int>(i);
-      bad_device = t.device();
-    }
-    return t;
+    if (!check.is_neuron(t, static_cast<int>(i), allow_cpu)) return t;
+    auto c = table.alias(t);
+    conv.push_back({t, c, static_cast<bool>(meta.arg_mutable[i])});
+    return c;
   };
 
   for (size_t i = 0; i < nargs; ++i) {
@@ -426,24 +472,16 @@ void cpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
     } else if (v.isDevice()) {
       auto d = v.toDevice();
       if (d.type() == kNeuron) {
-        if (dev < 0) dev = d.has_index() ? d.index() : current_device();
+        check.saw_device(d.has_index() ? d.index() : current_device());
         v = c10::Device(c10::kCPU);
       }
     }
   }
-  if (dev < 0) dev = current_device();
-  if (bad_arg >= 0) device_mismatch(meta, schema, bad_arg, bad_device, at::Device(kNeuron, dev));
+  const c10::DeviceIndex dev = check.finish();
 
   for (int i : meta.generator_args) {
     c10::IValue& v = (*stack)[base + i];
     v = cpu_engine_of(v.isNone() ? default_generator(dev) : v.toGenerator());
-  }
-
-  meta.executed.fetch_add(1, std::memory_order_relaxed);
-  if (meta.no_native_lowering) {
-    record_fallback(meta, "no Trainium lowering");
-  } else if (odd_dtype) {
-    record_fallback(meta, std::string(odd_dtype) + " is not native on Trainium");
   }
 
   {
@@ -480,11 +518,7 @@ void cpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
                                 " tensor: Trainium has no sparse kernels, so neuron supports only strided "
                                 "(dense) tensors. Run this op on CPU (tensor.cpu()) and move the dense "
                                 "result back with .to('neuron').");
-    for (auto& e : table.entries)
-      if (e.cpu.unsafeGetStorageImpl() == r.storage().unsafeGetStorageImpl())
-        return tensor_on(table.neuron_storage_for(r.storage(), dev), c10::DispatchKey::PrivateUse1, r);
-    if (adopt_in_place(r, dev)) return r;
-    return tensor_on(table.neuron_storage_for(r.storage(), dev), c10::DispatchKey::PrivateUse1, r);
+    return table.neuron_result(r, dev);
   };
 
   const size_t nrets = schema.returns().size();
@@ -530,7 +564,7 @@ struct AliasList {
 
 class UnboxedCall {
  public:
-  UnboxedCall(OpMeta& meta, const c10::FunctionSchema& schema) : meta_(meta), schema_(schema) {}
+  UnboxedCall(OpMeta& meta, const c10::FunctionSchema& schema) : meta_(meta), check_(meta, schema) {}
 
   // Called left to right, once per argument (braced initialisation).
   at::Tensor& in(at::Tensor& t) { return convert(t); }
@@ -539,7 +573,7 @@ class UnboxedCall {
     const int i = arg_++;
     AliasList out(table_.pool);
     out.tensors.reserve(list.size());
-    for (const at::Tensor& t : list) out.tensors.push_back(check(t, i) ? table_.alias_only(t) : t);
+    for (const at::Tensor& t : list) out.tensors.push_back(check_.is_neuron(t, i) ? table_.alias_only(t) : t);
     return out;
   }
   template <class T>
@@ -548,16 +582,7 @@ class UnboxedCall {
     return std::forward<T>(v);
   }
 
-  void before_run() {
-    if (dev_ < 0) dev_ = current_device();
-    if (bad_arg_ >= 0) device_mismatch(meta_, schema_, bad_arg_, bad_device_, at::Device(kNeuron, dev_));
-    meta_.executed.fetch_add(1, std::memory_order_relaxed);
-    if (meta_.no_native_lowering) {
-      record_fallback(meta_, "no Trainium lowering");
-    } else if (odd_dtype_) {
-      record_fallback(meta_, std::string(odd_dtype_) + " is not native on Trainium");
-    }
-  }
+  void before_run() { dev_ = check_.finish(); }
   c10::DeviceIndex device() const { return dev_; }
 
   at::Tensor& out_ref(at::Tensor& r) {
@@ -570,17 +595,13 @@ class UnboxedCall {
     if (!r.defined() || r.device().type() != c10::kCPU) return r;
     for (size_t i = 0; i < n_; ++i)
       if (aliases_[i]->unsafeGetTensorImpl() == r.unsafeGetTensorImpl()) return *originals_[i];
-    for (auto& e : table_.entries)
-      if (e.cpu.unsafeGetStorageImpl() == r.storage().unsafeGetStorageImpl())
-        return tensor_on(table_.neuron_storage_for(r.storage(), dev_), c10::DispatchKey::PrivateUse1, r);
-    if (adopt_in_place(r, dev_)) return r;
-    return tensor_on(table_.neuron_storage_for(r.storage(), dev_), c10::DispatchKey::PrivateUse1, r);
+    return table_.neuron_result(r, dev_);
   }
 
  private:
   at::Tensor& convert(const at::Tensor& t) {
     const int i = arg_++;
-    if (!check(t, i)) return const_cast<at::Tensor&>(t);
+    if (!check_.is_neuron(t, i)) return const_cast<at::Tensor&>(t);
     TORCH_INTERNAL_ASSERT(n_ < kMaxTensors);
     table_.alias(t);
     aliases_[n_] = &table_.aliases.back();
@@ -588,40 +609,15 @@ class UnboxedCall {
     return *aliases_[n_++];
   }
 
-  // True for a neuron tensor, which then needs an alias; records what
-  // before_run() reports (device mismatch, non-native dtype).
-  bool check(const at::Tensor& t, int i) {
-    if (!t.defined()) return false;
-    if (t.device().type() == kNeuron) {
-      if (auto* r = non_native_dtype(t.scalar_type())) odd_dtype_ = r;
-      if (dev_ < 0) {
-        dev_ = t.device().index();
-      } else if (t.device().index() != dev_) {
-        device_mismatch(meta_, schema_, i, t.device(), at::Device(kNeuron, dev_));
-      }
-      TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == c10::kStrided, "neuron supports only strided tensors (",
-                                  meta_.name, ")");
-      return true;
-    }
-    if (!(t.device().type() == c10::kCPU && t.dim() == 0) && bad_arg_ < 0) {
-      bad_arg_ = i;
-      bad_device_ = t.device();
-    }
-    return false;
-  }
-
   static constexpr size_t kMaxTensors = 8;  // the alias table's inline capacity: no reallocation
   OpMeta& meta_;
-  const c10::FunctionSchema& schema_;
+  ArgCheck check_;
   AliasTable table_;
   at::Tensor* aliases_[kMaxTensors] = {};
   at::Tensor* originals_[kMaxTensors] = {};
   size_t n_ = 0;
   int arg_ = 0;
   c10::DeviceIndex dev_ = -1;
-  int bad_arg_ = -1;
-  at::Device bad_device_{c10::kCPU};
-  const char* odd_dtype_ = nullptr;
 };
 
 template <class Op, class Sig = typename Op::schema>
