@@ -1,0 +1,178 @@
+"""Trainium hardware figures: the one table that the simulator (instance shapes and
+HBM per core), the NKI rules and cost model, and the readiness estimates read.
+
+Pure Python with no torch import, so `import nki` works without torch.
+
+Sources: AWS Neuron documentation (aws-neuron-sdk, 2026): the Trainium2 / Trainium3
+architecture pages and "Trainium2 Architecture Guide for NKI" (engine clocks, per-core
+Tensor Engine rates, SBUF/PSUM, DMA engines), the Trn2 / Trn3 instance pages
+(NeuronLink, EFA). Where AWS's own figures disagree (8 x 79 = 632 vs the 667 TFLOPS chip
+figure; HBM 2.9 vs 3 TB/s on trn2), the per-core figure and the chip HBM figure of the
+architecture page are used. Figures AWS does not publish are None: code that needs one
+must say it is missing rather than guess.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from types import MappingProxyType
+
+KiB = 1 << 10
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+@dataclasses.dataclass(frozen=True)
+class Chip:
+    """One Trainium chip. Per-core figures are per *physical* NeuronCore."""
+
+    name: str  # "trn1", "trn2", "trn3"
+    nc_version: str  # NeuronCore generation: "v2", "v3", "v4"
+    physical_cores: int  # NeuronCores per chip
+    lnc_allowed: tuple  # logical NeuronCore configs (physical cores per logical core)
+    lnc_default: int
+    hbm_bytes: int  # per chip
+    hbm_bytes_per_s: float  # per chip
+    # Tensor Engine dense peak per physical core, FLOP/s by input dtype name.
+    tensor_flops: MappingProxyType
+    vector_flops: float | None  # Vector Engine FP32 FLOP/s per core
+    scalar_flops: float | None  # Scalar Engine FP32 FLOP/s per core
+    # Engine clocks (Hz); None where AWS publishes none.
+    tensor_hz: float | None
+    vector_hz: float | None
+    scalar_hz: float | None
+    gpsimd_hz: float | None
+    sbuf_bytes: int  # per core: partitions x bytes per partition
+    psum_bytes: int  # per core
+    psum_banks: int
+    partitions: int
+    gemm_stationary_fmax: int  # matmul stationary (LHS) free size
+    gemm_moving_fmax: int  # matmul moving (RHS) free size
+    psum_out_dtypes: tuple  # dtype names a matmul may write to PSUM
+    dma_engines: int  # per core
+    dma_bytes_per_s_per_engine: float | None
+    dma_fixed_s: float | None  # fixed cost of one DMA transfer
+    neuronlink_bytes_per_s: float | None  # per chip, inside an instance / UltraServer
+
+    def per_core(self, lnc: int = 1) -> dict:
+        """Figures of one logical NeuronCore made of `lnc` physical cores."""
+        share = lnc / self.physical_cores
+        return {
+            "hbm_bytes": int(self.hbm_bytes * share),
+            "hbm_bytes_per_s": self.hbm_bytes_per_s * share,
+            "tensor_flops": {k: v * lnc for k, v in self.tensor_flops.items()},
+            "vector_flops": None if self.vector_flops is None else self.vector_flops * lnc,
+            "dma_bytes_per_s": (
+                None
+                if self.dma_bytes_per_s_per_engine is None
+                else self.dma_bytes_per_s_per_engine * self.dma_engines * lnc
+            ),
+        }
+
+
+def _flops(**by_dtype):
+    return MappingProxyType({k: v * 1e12 for k, v in by_dtype.items()})
+
+
+CHIPS = MappingProxyType(
+    {
+        # Trainium1: 2 NeuronCore-v2, 190 TFLOPS BF16 and 47.5 FP32 per chip, 32 GiB at 820 GB/s.
+        "trn1": Chip(
+            name="trn1", nc_version="v2", physical_cores=2, lnc_allowed=(1,), lnc_default=1,
+            hbm_bytes=32 * GiB, hbm_bytes_per_s=820e9,
+            tensor_flops=_flops(bfloat16=95.0, float16=95.0, tf32=95.0, float32=23.75),
+            vector_flops=None, scalar_flops=None,
+            tensor_hz=None, vector_hz=None, scalar_hz=None, gpsimd_hz=None,
+            sbuf_bytes=24 * MiB, psum_bytes=2 * MiB, psum_banks=8, partitions=128,
+            gemm_stationary_fmax=128, gemm_moving_fmax=512, psum_out_dtypes=("float32",),
+            dma_engines=16, dma_bytes_per_s_per_engine=None, dma_fixed_s=None,
+            neuronlink_bytes_per_s=None,
+        ),  # fmt: skip
+        # Trainium2: 8 NeuronCore-v3; per core 79 TFLOPS BF16/FP16/TF32, 158 FP8, 20 FP32;
+        # Tensor 2.4 GHz, Vector 0.96 GHz, Scalar 1.2 GHz, GpSimd 1.2 GHz; 16 DMA engines of
+        # 23 B/ns; 96 GiB HBM at 2.9 TB/s per chip; NeuronLink-v3 1,024 GB/s per chip.
+        "trn2": Chip(
+            name="trn2", nc_version="v3", physical_cores=8, lnc_allowed=(1, 2), lnc_default=2,
+            hbm_bytes=96 * GiB, hbm_bytes_per_s=2.9e12,
+            tensor_flops=_flops(bfloat16=79.0, float16=79.0, tf32=79.0, float8=158.0, float32=20.0),
+            vector_flops=1.0e12, scalar_flops=1.2e12,
+            tensor_hz=2.4e9, vector_hz=0.96e9, scalar_hz=1.2e9, gpsimd_hz=1.2e9,
+            sbuf_bytes=28 * MiB, psum_bytes=2 * MiB, psum_banks=8, partitions=128,
+            gemm_stationary_fmax=128, gemm_moving_fmax=512, psum_out_dtypes=("float32",),
+            dma_engines=16, dma_bytes_per_s_per_engine=23e9, dma_fixed_s=1.3e-6,
+            neuronlink_bytes_per_s=1024e9,
+        ),  # fmt: skip
+        # Trainium3: 8 NeuronCore-v4; per core 79 TFLOPS BF16, 315 MXFP8/MXFP4, 20 FP32;
+        # Tensor 2.4 GHz, Vector/Scalar/GpSimd 1.2 GHz; 16 DMA engines of 33 B/ns; 144 GiB
+        # HBM at 4.9 TB/s per chip; SBUF 32 MiB; NeuronLink-v4 2.56 TB/s per chip.
+        "trn3": Chip(
+            name="trn3", nc_version="v4", physical_cores=8, lnc_allowed=(1, 2), lnc_default=2,
+            hbm_bytes=144 * GiB, hbm_bytes_per_s=4.9e12,
+            tensor_flops=_flops(bfloat16=79.0, float16=79.0, tf32=79.0, float8=315.0, float32=20.0),
+            vector_flops=1.2e12, scalar_flops=1.2e12,
+            tensor_hz=2.4e9, vector_hz=1.2e9, scalar_hz=1.2e9, gpsimd_hz=1.2e9,
+            sbuf_bytes=32 * MiB, psum_bytes=2 * MiB, psum_banks=8, partitions=128,
+            gemm_stationary_fmax=128, gemm_moving_fmax=512, psum_out_dtypes=("float32", "bfloat16"),
+            dma_engines=16, dma_bytes_per_s_per_engine=33e9, dma_fixed_s=1.3e-6,
+            neuronlink_bytes_per_s=2560e9,
+        ),  # fmt: skip
+    }
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Instance:
+    """An EC2 instance type: how many chips of which kind, and its network."""
+
+    name: str
+    chip: str  # key of CHIPS
+    chips: int
+    efa_bytes_per_s: float | None  # per instance, between instances
+
+    @property
+    def spec(self) -> Chip:
+        return CHIPS[self.chip]
+
+
+INSTANCES = MappingProxyType(
+    {
+        i.name: i
+        for i in (
+            Instance("trn1.2xlarge", "trn1", 1, None),
+            Instance("trn1.32xlarge", "trn1", 16, 800e9 / 8),
+            Instance("trn1n.32xlarge", "trn1", 16, 1600e9 / 8),
+            Instance("trn2.3xlarge", "trn2", 1, None),
+            Instance("trn2.48xlarge", "trn2", 16, 3200e9 / 8),
+            Instance("trn2u.48xlarge", "trn2", 16, 3200e9 / 8),
+            # trn3 instances are not published apart from UltraServers; these two are ours,
+            # shaped like their trn2 namesakes.
+            Instance("trn3.3xlarge", "trn3", 1, None),
+            Instance("trn3.48xlarge", "trn3", 16, 12800e9 / 8 / 4),
+        )
+    }
+)
+
+DEFAULT_INSTANCE = "trn2.3xlarge"
+
+
+def instance(name: str | None = None) -> Instance:
+    """The instance `name`, or the one TORCH_NEURONX_INSTANCE_TYPE selects."""
+    import os
+
+    name = name or os.environ.get("TORCH_NEURONX_INSTANCE_TYPE") or DEFAULT_INSTANCE
+    try:
+        return INSTANCES[name]
+    except KeyError:
+        raise ValueError(
+            f"TORCH_NEURONX_INSTANCE_TYPE='{name}' is not a supported instance type; "
+            f"choose one of {', '.join(INSTANCES)}"
+        ) from None
+
+
+def chip(name: str | None = None) -> Chip:
+    """A chip by name ("trn2"), or the chip of the selected instance type."""
+    if name in CHIPS:
+        return CHIPS[name]
+    if name is None:
+        return instance().spec
+    raise ValueError(f"unknown Trainium chip '{name}'; choose one of {', '.join(CHIPS)}")
