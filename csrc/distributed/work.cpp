@@ -7,7 +7,6 @@
 #include <unordered_map>
 
 namespace neuron {
-namespace {
 
 at::Tensor to_neuron(const at::Tensor& t, const ViewMap& map) {
   if (!t.defined()) return t;
@@ -31,6 +30,8 @@ c10::IValue to_neuron(const c10::IValue& v, const ViewMap& map) {
   }
   return v;
 }
+
+namespace {
 
 class NeuronWork : public c10d::Work {
  public:

@@ -41,6 +41,11 @@ struct PostProcess {
   }
 };
 
+// The neuron tensor a CPU view in `map` stands for (anything else unchanged),
+// through tensor lists and lists.
+at::Tensor to_neuron(const at::Tensor& t, const ViewMap& map);
+c10::IValue to_neuron(const c10::IValue& v, const ViewMap& map);
+
 // The wrapped Work: applies `post` once the inner work has completed, and maps
 // the CPU views in its results back to the neuron tensors of `map`.
 c10::intrusive_ptr<c10d::Work> make_neuron_work(c10::intrusive_ptr<c10d::Work> inner, std::shared_ptr<ViewMap> map,
