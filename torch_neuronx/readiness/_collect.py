@@ -38,8 +38,11 @@ _TORCH_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, sys.mo
 _STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
 _SITE = tuple(sysconfig.get_paths()[k] + os.sep for k in ("purelib", "platlib"))
 
-# Ops that only build a new view of existing memory: no data moves, no kernel runs.
-_METADATA_OPS = frozenset({"aten::detach", "aten::lift_fresh", "aten::_reshape_alias", "aten::set_"})
+# Ops that only allocate, or build a new view of existing memory: no data moves, no kernel runs.
+_METADATA_OPS = frozenset({
+    "aten::detach", "aten::lift_fresh", "aten::_reshape_alias", "aten::set_", "aten::_unsafe_view", "aten::alias",
+    "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided",
+})
 
 
 def _is_machinery(path: str) -> bool:
@@ -259,7 +262,7 @@ class Collector:
             fb = _C._fallback_ops()
             if fb:
                 self._check_fallback(name, fb, ins, outs)
-        if kind != "view":
+        if outs:  # views too: a view keeps its storage alive
             for t in outs:
                 if t.device.type == "neuron":
                     self._track(t, name)
@@ -331,6 +334,8 @@ class Collector:
     def _adopt_existing_tensors(self) -> None:
         """Tensors allocated before the report started (e.g. a model built earlier)."""
         if not _C._is_initialized():
+            return
+        if not any(_C._memory_counters(i)["allocated_current"] for i in range(torch.neuron.device_count())):
             return
         import gc
 
