@@ -157,6 +157,22 @@ def test_bad_options_raise_clear_errors():
             pass
 
 
+@pytest.mark.slow
+def test_new_shape_every_step_is_reported_as_recompiling_every_step(fresh_dynamo):
+    w = torch.ones(4, device="neuron")
+    opt = torch.optim.SGD([torch.nn.Parameter(w.clone())], lr=0.1)
+    f = torch.compile(lambda x: (x * w).sum(), backend="neuron")
+    with torch_neuronx.readiness() as r, torch.no_grad():
+        for n in range(2, 6):
+            f(torch.ones(n, 4, device="neuron"))
+            opt.step()  # marks the step
+    c = r.report.data["compile"]
+    assert c["step_recompilations"][1:] == [1, 1, 1]
+    assert c["recompiles_every_step"] and c["dynamic_shapes"]
+    assert [rc["shapes"][0][0] for rc in c["recompilations"]][-3:] == [[3, 4], [4, 4], [5, 4]]
+    assert r.report.verdict == "recompiles every step"
+
+
 # -- torch-neuronx check --------------------------------------------------------
 def test_check_cli_plain_python(tmp_path):
     p, out = _check(tmp_path, sys.executable, str(SCRIPTS / "plain.py"), "--flag", "7")

@@ -25,6 +25,7 @@ class Readiness:
     simulator runs, TORCH_NEURONX_INSTANCE_TYPE / NEURON_LOGICAL_NC_CONFIG).
     capacity: HBM bytes per logical core for the fit verdict instead of the instance's.
     out: a directory to write report.{md,html,json} and the pictures to on exit.
+    Entering resets the devices' peak memory statistics, so the peaks are the block's.
     """
 
     def __init__(self, instance: str | None = None, lnc: int | None = None, capacity: int | None = None,

@@ -168,6 +168,7 @@ class Collector:
         self._next_sample: dict = collections.defaultdict(float)
         self._snap: dict = {}  # core -> (allocated, [tensors]) at the highest sampled usage
         self._t0 = 0.0
+        self.wall_seconds = 0.0
         self._mode = None
         self._hook = None
         self._log_level = None
@@ -177,9 +178,15 @@ class Collector:
 
     # -- lifecycle -------------------------------------------------------------
     def start(self) -> None:
+        import torch.utils.flop_counter  # noqa: F401  (slow first import: not inside the first op)
+
         self._t0 = time.perf_counter()
         self._dynamo0 = _dynamo_metrics()
         self._adopt_existing_tensors()
+        if _C._is_initialized():
+            # the report's peaks are this run's: like a profiler, start them afresh
+            for i in range(torch.neuron.device_count()):
+                _C._reset_peak(i)
         fb = _C._fallback_ops()  # fallbacks recorded before the report are not this run's
         self._fb_known = {op: set(r) for op, r in fb.items()}
         self._fb_seen = sum(map(len, fb.values()))

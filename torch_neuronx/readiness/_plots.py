@@ -7,7 +7,13 @@ GiB = float(1 << 30)
 
 
 def _figure(width=8.0, height=3.6):
-    import matplotlib
+    try:
+        import matplotlib
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError(
+            "the readiness report's pictures need matplotlib: pip install matplotlib "
+            "(it comes with torch-neuronx[hf])"
+        ) from None
 
     matplotlib.use("Agg", force=False)
     from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
@@ -32,12 +38,14 @@ def memory_png(cores: list, capacity: int) -> bytes:
         t = [s[0] for s in c["series"]]
         ax.plot(t, [s[1] / GiB for s in c["series"]], label=f"{c['label']} allocated")
         ax.plot(t, [s[2] / GiB for s in c["series"]], linestyle="--", label=f"{c['label']} reserved")
-    ax.axhline(capacity / GiB, color="red", linewidth=1, label="HBM capacity per core")
+    peak = max([s[2] for c in cores for s in c["series"]] + [1])
+    on_scale = peak > capacity / 4
+    ax.axhline(capacity / GiB, color="red", linewidth=1,
+               label="HBM capacity per core" + ("" if on_scale else f" ({capacity / GiB:.0f} GiB, off scale)"))
     ax.set_xlabel("time since start (s, simulator)")
     ax.set_ylabel("GiB")
     ax.set_title("Device memory per logical NeuronCore")
-    peak = max([s[2] for c in cores for s in c["series"]] + [1])
-    ax.set_ylim(0, max(peak, capacity) / GiB * 1.08 if peak > capacity / 4 else peak / GiB * 1.2)
+    ax.set_ylim(0, max(peak, capacity) / GiB * 1.08 if on_scale else peak / GiB * 1.2)
     ax.legend(fontsize=7, loc="upper left")
     return _png(fig)
 
