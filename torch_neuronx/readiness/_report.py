@@ -158,10 +158,10 @@ class Report:
                         [[f["graph"], f["error"].splitlines()[0][:200]] for f in c["fallbacks"]]))
 
         rows = [[m["label"], _fmt_bytes(m["peak_allocated"]), _fmt_bytes(m["peak_reserved"]),
-                 _fmt_bytes(d["capacity_per_core"]), f"{m['peak_reserved'] / d['capacity_per_core']:.1%}",
+                 _fmt_bytes(d["capacity_per_core"]), f"{m['peak_allocated'] / d['capacity_per_core']:.1%}",
                  "yes" if m["fits"] else "NO"] for m in d["memory"]]
         out.append(("Memory per logical NeuronCore", None,
-                    ["core", "peak allocated", "peak reserved", "capacity", "reserved/capacity", "fits"], rows))
+                    ["core", "peak allocated", "peak reserved", "capacity", "allocated/capacity", "fits"], rows))
         for m in d["memory"]:
             if m["top_tensors"]:
                 out.append((f"Largest live tensors at the peak, {m['label']}",
@@ -328,7 +328,8 @@ def _memory(raws, cap) -> list:
         for core, m in r["memory"].items():
             label = f"neuron:{core}" if len(raws) == 1 else f"rank {r['rank']} neuron:{core}"
             oom = m["num_ooms"] > 0 or _is_oom(r["error"])
-            out.append(dict(m, label=label, oom=oom, fits=not oom and m["peak_reserved"] <= cap))
+            # What tensors hold must fit; the allocator's cache above that shrinks under pressure.
+            out.append(dict(m, label=label, oom=oom, fits=not oom and m["peak_allocated"] <= cap))
     return out
 
 
@@ -345,7 +346,7 @@ def _fit(memory, instance, lnc, cap) -> list:
             elif peak_res <= capacity:
                 fits = "yes"
             elif peak_alloc <= capacity:
-                fits = "only without the allocator's cache"
+                fits = "yes, with a smaller allocator cache"
             else:
                 fits = "no"
             rows.append({"chip": name, "lnc": n, "capacity": capacity, "fits": fits})
@@ -371,8 +372,8 @@ def _verdict(d) -> str:
             problems.append(f"failed on rank {rank}: {err.splitlines()[0][:160]}")
             break
     if not all(m["fits"] for m in d["memory"]):
-        worst = max(d["memory"], key=lambda m: m["peak_reserved"])
-        why = "ran out of memory" if worst["oom"] else f"peak {_fmt_bytes(worst['peak_reserved'])} reserved"
+        worst = max(d["memory"], key=lambda m: (m["oom"], m["peak_allocated"]))
+        why = "ran out of memory" if worst["oom"] else f"peak {_fmt_bytes(worst['peak_allocated'])} allocated"
         problems.append(f"will not fit: {why} on {worst['label']}, capacity "
                         f"{_fmt_bytes(d['capacity_per_core'])} per core on {d['instance_type']} at LNC={d['lnc']}")
     if d["compile"]["recompiles_every_step"]:
