@@ -23,13 +23,16 @@ def main(argv: list[str]) -> int:
         if len(rest) < 2:
             print("_launch: -m needs a module name", file=sys.stderr)
             return 2
-        target, run = rest[1], lambda: runpy.run_module(rest[1], run_name="__main__", alter_sys=True)
         sys.argv = [rest[1]] + rest[2:]
+
+        def run():
+            runpy.run_module(rest[1], run_name="__main__", alter_sys=True)
     else:
-        target = rest[0]
         sys.argv = list(rest)
-        sys.path[0] = os.path.dirname(os.path.abspath(target))  # as `python script.py` does
-        run = lambda: runpy.run_path(target, run_name="__main__")  # noqa: E731
+        sys.path[0] = os.path.dirname(os.path.abspath(rest[0]))  # as `python script.py` does
+
+        def run():
+            runpy.run_path(rest[0], run_name="__main__")
 
     from ._collect import Collector
 

@@ -104,7 +104,7 @@ class Report:
             for b in c["graph_breaks"][:5]:
                 lines.append(f"    - break at {b['site']}: {b['reason'].splitlines()[0][:100]}")
         for m in d["memory"]:
-            lines.append(f"  memory {m['label']:<10}peak {_fmt_bytes(m['peak_allocated'])} allocated, "
+            lines.append(f"  memory {m['label']:<9} peak {_fmt_bytes(m['peak_allocated'])} allocated, "
                          f"{_fmt_bytes(m['peak_reserved'])} reserved of {_fmt_bytes(d['capacity_per_core'])}")
         for e in d["estimates"]:
             unit = "per step" if e["per_step"] else "whole run"
@@ -176,7 +176,9 @@ class Report:
 
         rows = [[k["kind"], k["dtype"], _fmt_bytes(k["bytes"]), k["group_size"], f"{k['calls_per_step']:g}"]
                 for k in d["collectives"]]
-        out.append(("Collectives per step", "None." if not rows else None,
+        scope = "Per step after the first (the first also sets up)." if d["steps"] >= 2 else (
+            "Per step." if d["steps"] else "The whole run (no optimizer step seen).")
+        out.append(("Collectives per step", "None." if not rows else scope,
                     ["kind", "dtype", "bytes", "group size", "calls per step"], rows or None))
 
         rows = []
@@ -355,8 +357,11 @@ def _fit(memory, instance, lnc, cap) -> list:
 
 def _collectives(raws) -> list:
     r = raws[0]
-    buckets = r["collectives"][: r["steps"]] if r["steps"] else r["collectives"]
-    n = max(r["steps"], 1)
+    # The steady state: steps after the first (which also holds setup, e.g. DDP's broadcasts).
+    buckets = r["collectives"][1: r["steps"]] if r["steps"] >= 2 else r["collectives"][: max(r["steps"], 1)]
+    if not r["steps"]:
+        buckets = r["collectives"]
+    n = max(len(buckets), 1) if r["steps"] else 1
     total = collections.Counter()
     for b in buckets:
         for kind, dtype, nbytes, size, count in b:
