@@ -22,6 +22,7 @@ import time
 import weakref
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import _C
@@ -48,7 +49,7 @@ _METADATA_OPS = frozenset({
 def _is_machinery(path: str) -> bool:
     return (
         path.startswith(_TORCH_DIRS)
-        or path.startswith("<")
+        or (path.startswith("<") and path not in ("<stdin>", "<string>"))  # <frozen ...>, FX's <eval_with_key>
         or "torchinductor_" in path  # Inductor's generated code
         or (path.startswith(_STDLIB) and not path.startswith(_SITE))
     )
@@ -233,6 +234,9 @@ class Collector:
             info = self._funcs[func] = _FuncInfo(func)
         ins = _tensors(kwargs.values(), _tensors(args, []))
         outs = _tensors((out,) if isinstance(out, torch.Tensor) else out if isinstance(out, (list, tuple)) else (), [])
+        for t in outs or ins:
+            if isinstance(t, FakeTensor):
+                return  # a compiler tracing shapes (e.g. a graph compiled on first call), not the run
         core = None
         for t in outs or ins:
             if t.device.type == "neuron":
