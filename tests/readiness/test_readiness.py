@@ -170,7 +170,7 @@ def test_new_shape_every_step_is_reported_as_recompiling_every_step(fresh_dynamo
     assert c["step_recompilations"][1:] == [1, 1, 1]
     assert c["recompiles_every_step"] and c["dynamic_shapes"]
     for n, rc in zip((3, 4, 5), c["recompilations"][-3:]):
-        assert [n, 4] in [s[0] for s in rc["shapes"] if isinstance(s, list)]  # the shape that recompiled
+        assert [n, 4] in [list(s[0]) for s in rc["shapes"] if isinstance(s, (list, tuple))]  # what recompiled
     assert r.report.verdict == "recompiles every step"
 
 
@@ -214,12 +214,12 @@ def test_check_cli_torchrun_two_ranks_ddp_collectives(tmp_path):
                     str(SCRIPTS / "ddp_steps.py"))
     assert p.returncode == 0, p.stderr[-3000:]
     data = json.loads((out / "report.json").read_text())
-    assert data["ranks"] == 2 and data["steps"] == 3
+    assert data["ranks"] == 2 and data["steps"] == 5
     # DDP's setup broadcasts run in the first step, which the steady state leaves out; its
     # one-off rebuild of the gradient buckets (broadcasts of a few int32) comes in the second.
     (c,) = [c for c in data["collectives"] if c["kind"] == "allreduce"]
     assert (c["dtype"], c["bytes"], c["group_size"], c["calls_per_step"]) == ("float32", 4096, 2, 1)
     assert all(c["kind"] == "broadcast" and c["dtype"] == "int32" for c in data["collectives"][1:])
-    est = data["estimates"][0]
+    est = data["estimates"][0]  # the median step: one all-reduce of 2 ring steps
     assert est["terms"]["collective latency"] == pytest.approx(2 * hw.COLLECTIVE_STEP_LATENCY_S)
     assert {m["label"] for m in data["memory"]} == {"rank 0 neuron:0", "rank 1 neuron:1"}

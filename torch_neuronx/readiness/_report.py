@@ -67,7 +67,7 @@ class Report:
         d["fallbacks"] = _merge_fallbacks(raws)
         d["compile"] = _merge_compile(raws)
         d["memory"] = _memory(raws, cap)
-        d["fit"] = _fit(d["memory"], inst.name, lnc, cap)
+        d["fit"] = _fit(d["memory"], cap)
         d["collectives"] = _collectives(raws)
         prec = raws[0].get("fp32_precision", "highest")
         d["estimates"] = [_estimate.estimate(raws, c, lnc if lnc in hw.CHIPS[c].lnc_allowed else hw.CHIPS[c].lnc_default,
@@ -75,7 +75,6 @@ class Report:
         d["assumptions"] = list(_estimate.ASSUMPTIONS)
         d["verdict"] = _verdict(d)
         self.data = d
-        self._raws = raws
 
     @property
     def verdict(self) -> str:
@@ -125,6 +124,9 @@ class Report:
             intro += f"\n\nCommand: `{d['command']}`"
         for rank, err in d["errors"].items():
             intro += f"\n\nRank {rank} stopped with: `{err.splitlines()[0][:300]}`"
+        for rank, errs in d["collector_errors"].items():
+            intro += (f"\n\nRank {rank}: {sum(errs.values())} op call(s) could not be recorded and are missing "
+                      f"from this report, e.g. `{next(iter(errs))[:300]}`")
         out.append(("Summary", intro, None, None))
 
         rows = [[f["op"], f["dtype"], f["count"], f["reason"],
@@ -335,7 +337,7 @@ def _memory(raws, cap) -> list:
     return out
 
 
-def _fit(memory, instance, lnc, cap) -> list:
+def _fit(memory, cap) -> list:
     peak_alloc = max([m["peak_allocated"] for m in memory] + [0])
     peak_res = max([m["peak_reserved"] for m in memory] + [0])
     oom = any(m["oom"] for m in memory)
