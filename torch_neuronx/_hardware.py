@@ -176,3 +176,16 @@ def chip(name: str | None = None) -> Chip:
     if name is None:
         return instance().spec
     raise ValueError(f"unknown Trainium chip '{name}'; choose one of {', '.join(CHIPS)}")
+
+
+# Figures of the readiness time model that are not per chip.
+#
+# Collective latency: AWS's nccom-test examples (older hardware, marked "not up to date")
+# show tens of microseconds for a 1 KiB all-reduce on 2 ranks and a ~300 us floor on 16
+# ranks. A ring all-reduce takes 2 (n - 1) steps, so 10 us per ring step matches both:
+# 20 us at n = 2 and 300 us at n = 16.
+COLLECTIVE_STEP_LATENCY_S = 10e-6
+# Tensor Engine throttling (Trainium2 Architecture Guide for NKI): after an idle gap the
+# engine starts at about 50% and ramps to full speed over about 3 us.
+TENSOR_ENGINE_RAMP_S = 3e-6
+TENSOR_ENGINE_RAMP_START = 0.5
