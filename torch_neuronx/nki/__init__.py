@@ -26,7 +26,7 @@ _EXPORTS = {
     "NKIUninitializedError": "._errors",
     "wrap_nki": "._torch_op", "nki_op": "._torch_op", "NKIKernelCaller": "._torch_op",
 }
-_SUBMODULES = ("language", "isa", "kernels", "typing")
+_SUBMODULES = ("language", "isa", "kernels", "typing", "compiler")
 
 __all__ = sorted(list(_EXPORTS) + list(_SUBMODULES))
 

@@ -108,7 +108,7 @@ def _real_exists(real):
 
 # The NumPy-only modules of the simulator: all a NumPy kernel needs.
 _TORCH_FREE = ("_errors", "_dtypes", "_math", "_hwtable", "_rules", "_cost_model", "_context",
-               "_tensor", "_ops", "_simulator", "_jit", "language", "isa", "typing")
+               "_tensor", "_ops", "_simulator", "_jit", "language", "isa", "typing", "compiler")
 
 
 def _import_real(real):

@@ -55,7 +55,9 @@ class KernelRun:
         tile_free = int(np.prod(shape[pdim + 1:], dtype=np.int64)) * dtype.itemsize
         if buffer == "psum":
             check_psum_tile(self.hw, instr, storage.name, shape, dtype, pdim)
-            banks = blocks
+            # blocks of a block tensor pack into 2 KiB banks (a block never straddles one)
+            per_bank = max(1, self.hw.psum_bank_bytes // max(tile_free, 1))
+            banks = -(-blocks // per_bank)
             if self.psum_live + banks > self.hw.psum_num_banks:
                 raise NKIMemoryError(
                     f"{instr}: operand '{storage.name}': PSUM capacity exceeded: "

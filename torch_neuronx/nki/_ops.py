@@ -367,6 +367,9 @@ def matmul_nt(instr, x, y, transpose_x=False):
     ``transpose_x`` says it is already [K, M]."""
     if not isinstance(x, TensorView) or not isinstance(y, TensorView):
         raise TypeError(f"{instr}: operands must be tiles")
+    # nl.matmul is a language-level op: the compiler copies PSUM operands to SBUF first
+    # (nisa.nc_matmul itself rejects them)
+    x, y = (_to_sbuf(instr, t) for t in (x, y))
     if transpose_x:
         return matmul(instr, x, y, name_st="x", name_mv="y")
     if x.ndim != 2:
@@ -375,6 +378,14 @@ def matmul_nt(instr, x, y, transpose_x=False):
     xs = new_tile(xt._view, x.dtype, instr)
     del xt
     return matmul(instr, xs, y, name_st="x", name_mv="y")
+
+
+def _to_sbuf(instr, t):
+    if t.buffer != "psum":
+        return t
+    vals, d, _ = operand(t, instr, "x")
+    charge_elementwise("Vector", f"{instr} (PSUM -> SBUF copy)", t.shape, dtypes=[d])
+    return new_tile(vals, d, instr)
 
 
 class Op:

@@ -52,14 +52,19 @@ class _Arg:
             self.value[...] = self.tensor._storage.data
 
 
+def _values(t):
+    """The returned view's elements (a kernel may return a reshaped or sliced view)."""
+    return np.array(t._view if t._adv is None else t._view[t._adv], copy=True)
+
+
 def _to_torch(t, device):
     import torch
-    host = torch.from_numpy(np.ascontiguousarray(t._storage.data))
+    host = torch.from_numpy(np.ascontiguousarray(_values(t)))
     return host.to(t.dtype.torch_dtype).to(device)
 
 
 def _to_numpy(t):
-    return np.array(t._storage.data, copy=True)
+    return _values(t)
 
 
 def _kernel_param_names(fn, n):

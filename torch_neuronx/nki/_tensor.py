@@ -126,7 +126,11 @@ class TensorView:
             i = next(j for j, k in enumerate(key) if k is Ellipsis)
             fill = self.ndim - (len(key) - 1)
             key = key[:i] + (slice(None),) * fill + key[i + 1:]
-        key = tuple(np.asarray(k) if isinstance(k, (list,)) else k for k in key)
+        # lists, and tiles holding indices (indirect DMA: `t[idx_tile[i_p, 0], i_f]`),
+        # become index arrays; the simulator reads tile values eagerly
+        key = tuple(np.asarray(k) if isinstance(k, list) else
+                    np.asarray(k._read("indirect index", "index")).astype(np.int64)
+                    if isinstance(k, TensorView) else k for k in key)
         if len(key) > self.ndim:
             raise NKIIndexError(f"too many indices ({len(key)}) for tensor '{self.name}' of "
                                 f"shape {self.shape}")

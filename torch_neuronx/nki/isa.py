@@ -717,7 +717,9 @@ def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, 
         cols = idx[:, None] + np.arange(num_elem_per_idx)[None, :]
         out[rows] = flat[rows][:, cols]
     _ops.charge_elementwise("GpSimd", instr, out.shape)
-    shape = dst.shape if dst is not None else out.shape
+    # all indices valid: [P, index free..., 16 partitions, elements] (the flattening order)
+    full = (a.shape[0],) + tuple(ix.shape[1:]) + (16, num_elem_per_idx)
+    shape = dst.shape if dst is not None else (full if n == per_core else out.shape)
     return _write_or_new(out.reshape(shape), d, dst, instr)
 
 
@@ -864,8 +866,13 @@ def dma_transpose(dst=None, src=None, axes=None, mask=None, dge_mode=None, **kwa
     """Transpose ``src`` into ``dst`` on the DMA engines: 2-D (1, 0), 3-D (2, 1, 0),
     4-D (3, 1, 2, 0), or the permutation ``axes``; 2- or 4-byte dtypes."""
     instr = "nisa.dma_transpose"
+    if src is None and isinstance(dst, NkiTensor):
+        dst, src = None, dst  # older form dma_transpose(src): returns a new SBUF tile
     if dst is None and isinstance(src, NkiTensor):
-        raise TypeError(f"{instr}: operand 'dst' is required (dma_transpose(dst, src))")
+        perm = tuple(axes) if axes is not None else _DMA_T_PERM.get(src.ndim, ())
+        shape = tuple(src.shape[i] for i in perm) if perm else src.shape
+        rules.check_partition(current_run().hw, instr, "result", shape)
+        dst = _ops.new_storage(shape, src.dtype, "sbuf", _ops._name("dma_transpose"))
     for t, n in ((dst, "dst"), (src, "src")):
         if not isinstance(t, NkiTensor):
             raise TypeError(f"{instr}: operand '{n}' must be a tensor")

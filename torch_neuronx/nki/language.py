@@ -232,6 +232,11 @@ class _SpmdDim:
 
     __index__ = __int__
 
+    def __mul__(self, other):
+        return _SpmdDim(self.size, int(other))
+
+    __rmul__ = __mul__
+
 
 def spmd_dim(*sizes):
     """A grid dimension made of ``sizes`` (e.g. ``nl.spmd_dim(4, nl.nc(2))``)."""
@@ -272,9 +277,10 @@ def store(dst, value, mask=None, **kwargs):
         _fail(NKIBufferError, instr, "dst", f"destination in {where}; nl.store writes HBM")
     if isinstance(value, NkiTensor):
         if value.buffer == psum:
-            _fail(NKIBufferError, instr, "value",
-                  "tile in PSUM; DMA reads SBUF only: copy it to SBUF first (nl.copy)")
-        vals, _, _ = _ops.operand(value, instr, "value", mask, allowed=("sbuf",))
+            # DMA engines read SBUF only: the compiler copies the PSUM tile to SBUF first
+            _ops.charge_elementwise("Vector", "nl.store (PSUM -> SBUF copy)", value.shape,
+                                    dtypes=[value.dtype])
+        vals, _, _ = _ops.operand(value, instr, "value", mask)
     else:
         vals = np.asarray(value)
     dst._write(instr, "dst", vals, mask)
@@ -285,10 +291,17 @@ def store(dst, value, mask=None, **kwargs):
 
 def load_transpose2d(src, dtype=None, mask=None):
     """DMA a 2-D HBM tensor into SBUF transposed (the DMA engine does the transpose)."""
-    t = load(src, mask=mask, dtype=dtype)
-    vals = t._view.T.copy()
-    del t
-    return _ops.new_tile(vals, _dt.as_dtype(dtype) or src.dtype, "nl.load_transpose2d")
+    instr = "nl.load_transpose2d"
+    if not isinstance(src, NkiTensor) or src.buffer not in _HBM or src.ndim != 2:
+        _fail(NKIBufferError, instr, "src", "must be a 2-D HBM tensor (view)")
+    vals = np.asarray(src._read(instr, "src", mask)).T
+    if mask is not None:
+        vals = np.where(np.broadcast_to(mask, src.shape).T, vals, 0)
+    out = _ops.new_tile(vals, _dt.as_dtype(dtype) or src.dtype, instr)
+    n = int(np.count_nonzero(np.broadcast_to(mask, src.shape))) if mask is not None \
+        else int(np.prod(src.shape))
+    _ops.charge_dma(instr, n * src.itemsize)
+    return out
 
 
 def gather_flattened(data, indices, axis=0, dtype=None, mask=None):
@@ -514,6 +527,18 @@ def _op_fn(op, instr, operand="op"):
     if isinstance(op, np.ufunc) or callable(op):
         return op
     raise TypeError(f"{instr}: operand '{operand}': unsupported op {op!r}")
+
+
+def static_cast(x, dtype):
+    """``x`` converted to ``dtype``: a tile (a Vector copy) or a host NumPy array."""
+    if isinstance(x, NkiTensor):
+        return copy(x, dtype=dtype)
+    d = _dt.as_dtype(dtype)
+    if d.is_float and d is not float32 and d is not float16:
+        raise NotImplementedError(f"nl.static_cast of a host array to {d!r}: NumPy has no "
+                                  f"{d.name} array type here; cast tiles inside the kernel")
+    return np.asarray(x).astype(d.np_storage if not d.is_float else
+                                 (np.float16 if d is float16 else np.float32))
 
 
 # ----- misc -------------------------------------------------------------------------------------
