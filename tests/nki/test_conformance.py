@@ -452,6 +452,9 @@ def test_local_gather():
     def body(ts, ti):
         return nisa.local_gather(nl.load(ts), nl.load(ti), num_elem_per_idx=2)
     out = _run(body, src, index)
+    # [P, index free (3), 16 partitions of a GpSimd core, elements per index]
+    assert out.shape == (32, 3, 16, 2)
+    out = out.reshape(32, 48, 2)
     ref = np.empty((32, 48, 2), np.float32)
     for c in range(2):
         rows = slice(16 * c, 16 * c + 16)
