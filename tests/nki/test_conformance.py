@@ -511,3 +511,31 @@ def test_kernel_arguments_must_share_a_device():
         with pytest.raises(RuntimeError, match=msg):
             k(x.to("neuron:0"), x.to("neuron:1"))
     assert torch.equal(k(x.to("neuron:0"), x.to("neuron:0")).cpu(), x + x)
+
+
+def test_dma_copy_read_modify_write_and_oob_skip():
+    a = _x(8, 16)
+    idx = np.array([[0], [2], [4], [40], [6], [8], [-1], [10]], np.int32)
+
+    @nki.jit
+    def k(t, ti):
+        out = nl.ndarray((16, 16), t.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.full((16, 16), 1.0, nl.float32))
+        i_f = nl.arange(16)[None, :]
+        nisa.dma_copy(dst=out[nl.load(ti), i_f], src=nl.load(t), dst_rmw_op=np.add,
+                      oob_mode=nisa.oob_mode.skip)
+        return out
+    ref = np.ones((16, 16), np.float32)
+    for r, i in enumerate(idx[:, 0]):
+        if 0 <= i < 16:
+            ref[i] += a[r]
+    np.testing.assert_allclose(k(a, idx), ref, rtol=1e-6)
+    with pytest.raises(IndexError, match="out of bounds"):
+        _oob_error_kernel(a, idx)  # the default oob_mode raises
+
+
+@nki.jit
+def _oob_error_kernel(t, ti):
+    out = nl.ndarray((16, 16), t.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out[nl.load(ti), nl.arange(16)[None, :]], src=nl.load(t))
+    return out

@@ -835,8 +835,23 @@ def _dma_bytes(dst, src, n):
     return n * (sum(t.itemsize for t in hbm) if hbm else dst.itemsize)
 
 
-def dma_copy(dst=None, src=None, mask=None, dge_mode=None, oob_mode=None, **kwargs):
-    """Copy between HBM and SBUF (either direction, HBM->HBM or SBUF->SBUF) on a DMA engine."""
+def _in_bounds(t):
+    """Bool array (view shape) of elements whose index-array indices are in bounds."""
+    ok = np.ones(t.shape, bool)
+    if t._adv is not None:
+        for a, n in zip(t._adv, t._view.shape):
+            ok &= (a >= 0) & (a < n)
+    return ok
+
+
+def dma_copy(dst=None, src=None, mask=None, dge_mode=None, oob_mode=None, dst_rmw_op=None,
+             priority=None, engine=None, name=None):
+    """Copy between HBM and SBUF (either direction, HBM->HBM or SBUF->SBUF) on a DMA engine.
+
+    ``dst_rmw_op`` (e.g. ``np.add``) writes ``op(dst, src)`` (read-modify-write);
+    ``oob_mode=nisa.oob_mode.skip`` skips elements whose indirect index is out of bounds
+    (the default raises).
+    """
     instr = "nisa.dma_copy"
     for t, n in ((dst, "dst"), (src, "src")):
         if not isinstance(t, NkiTensor):
@@ -849,13 +864,27 @@ def dma_copy(dst=None, src=None, mask=None, dge_mode=None, oob_mode=None, **kwar
         rules.check_partition(current_run().hw, instr, "src", src.shape)
     if dst.buffer == "sbuf":
         rules.check_partition(current_run().hw, instr, "dst", dst.shape)
-    vals = src._read(instr, "src", mask)
+    if oob_mode is not None and oob_mode not in (globals()["oob_mode"].error,
+                                                 globals()["oob_mode"].skip):
+        raise ValueError(f"{instr}: unknown oob_mode {oob_mode!r}")
+    if oob_mode is globals()["oob_mode"].skip:
+        live = _in_bounds(dst) & np.reshape(_in_bounds(src), dst.shape)
+        if mask is not None:
+            live &= np.broadcast_to(np.asarray(mask, bool), dst.shape)
+        mask = live
+    src_mask = None if mask is None else np.reshape(np.broadcast_to(mask, dst.shape), src.shape)
+    vals = np.asarray(src._read(instr, "src", src_mask))
     if dst.shape != src.shape:
         vals = np.reshape(vals, dst.shape)
+    if dst_rmw_op is not None:
+        f = _op_fn(dst_rmw_op, instr, "dst_rmw_op")
+        with np.errstate(all="ignore"):
+            vals = f(np.asarray(dst._read(instr, "dst", mask), np.float32), vals)
     dst._write(instr, "dst", vals, mask)
     n = int(np.count_nonzero(np.broadcast_to(mask, dst.shape))) if mask is not None \
         else int(np.prod(dst.shape))
-    _ops.charge_dma(instr, _dma_bytes(dst, src, n))
+    nbytes = _dma_bytes(dst, src, n) + (n * dst.itemsize if dst_rmw_op is not None else 0)
+    _ops.charge_dma(instr, nbytes)
     return dst
 
 
