@@ -17,6 +17,7 @@ from .device import (
     synchronize,
 )
 from .._dynamo import get_dynamo_metrics, reset_dynamo_metrics
+from . import amp
 from .memory import (
     empty_cache,
     max_memory_allocated,
