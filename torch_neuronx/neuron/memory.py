@@ -90,6 +90,7 @@ def _fmt(n: int) -> str:
 
 def memory_summary(device=None, abbreviated: bool = False) -> str:
     """A printable table of the device's memory statistics."""
+    _INNER = 79  # between a row's outer bars: 22-wide name, four 11-wide columns ("1023.00 MiB")
     idx = _checked(device)
     c = _C._memory_counters(idx)
     rows = [
@@ -97,18 +98,18 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
         ("Reserved memory", c["reserved_current"], c["reserved_peak"], c["reserved_total"], c["released_total"]),
     ]
     lines = [
-        f"|{'=' * 75}|",
-        f"| {'Neuron memory summary, device neuron:' + str(idx):<74}|",
-        f"| {'HBM capacity: ' + _fmt(c['capacity']) + '   OOMs: ' + str(c['num_ooms']):<74}|",
-        f"|{'-' * 75}|",
-        f"| {'Metric':<22}| {'Cur Usage':>11} | {'Peak Usage':>11} | {'Tot Alloc':>10} | {'Tot Freed':>10} |",
-        f"|{'-' * 75}|",
+        f"|{'=' * _INNER}|",
+        f"| {'Neuron memory summary, device neuron:' + str(idx):<{_INNER - 1}}|",
+        f"| {'HBM capacity: ' + _fmt(c['capacity']) + '   OOMs: ' + str(c['num_ooms']):<{_INNER - 1}}|",
+        f"|{'-' * _INNER}|",
+        f"| {'Metric':<22}| {'Cur Usage':>11} | {'Peak Usage':>11} | {'Tot Alloc':>11} | {'Tot Freed':>11} |",
+        f"|{'-' * _INNER}|",
     ]
     for name, cur, peak, tot, freed in rows:
-        lines.append(f"| {name:<22}| {_fmt(cur):>11} | {_fmt(peak):>11} | {_fmt(tot):>10} | {_fmt(freed):>10} |")
+        lines.append(f"| {name:<22}| {_fmt(cur):>11} | {_fmt(peak):>11} | {_fmt(tot):>11} | {_fmt(freed):>11} |")
     lines.append(
         f"| {'Tensor allocations':<22}| {c['live_count']:>11} | {c['live_count_peak']:>11} | "
-        f"{c['num_allocs']:>10} | {c['num_frees']:>10} |"
+        f"{c['num_allocs']:>11} | {c['num_frees']:>11} |"
     )
-    lines.append(f"|{'=' * 75}|")
+    lines.append(f"|{'=' * _INNER}|")
     return "\n".join(lines) + "\n"
