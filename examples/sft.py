@@ -55,6 +55,10 @@ def build_trainer(example_args, training_args, model_args):
 
     world = _check_world_size(example_args)
     model_path = model_args.model_name_or_path or build_base_checkpoint(example_args.base_model_dir)
+    if os.path.isdir(model_path):
+        # PEFT records this path in adapter_config.json as the base model: a relative one would
+        # make the adapter load only from this working directory (elsewhere it is taken for a Hub id)
+        model_path = os.path.abspath(model_path)
 
     model_init_kwargs = dict(training_args.model_init_kwargs or {})
     model_init_kwargs.setdefault("dtype", model_args.dtype or torch.float32)
