@@ -82,7 +82,13 @@ def build_trainer(example_args, training_args, model_args):
 def main():
     from trl import ModelConfig, SFTConfig, TrlParser
 
-    parser = TrlParser((ExampleArguments, SFTConfig, ModelConfig))
+    class Parser(TrlParser):
+        def _print_message(self, message, file=None):
+            # argparse prints usage, help and errors here: once under torchrun, not once per rank
+            if int(os.environ.get("RANK", "0")) == 0:
+                super()._print_message(message, file)
+
+    parser = Parser((ExampleArguments, SFTConfig, ModelConfig))
     # defaults for the tiny model and corpus; activation checkpointing (on by default in TRL)
     # only costs time at this size (--activation_checkpointing true works, compiled too)
     parser.set_defaults(packing=True, packing_strategy="wrapped", max_length=128, per_device_train_batch_size=8,
