@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import worker_env
 
 ROOT = Path(__file__).resolve().parents[2]
 LS = [sys.executable, "-m", "torch_neuronx.tools.neuron_ls"]
@@ -12,7 +13,7 @@ CLI = [sys.executable, "-m", "torch_neuronx.cli"]
 
 
 def _env():
-    return {k: v for k, v in os.environ.items() if not k.startswith("NEURON_RT_")}
+    return {k: v for k, v in worker_env().items() if not k.startswith("NEURON_RT_")}
 
 
 def _run_into_closed_pipe(cmd):
@@ -53,3 +54,20 @@ def test_ls_help_names_the_command_used(cmd, usage):
     proc = subprocess.run([*cmd, "--help"], capture_output=True, text=True, env=_env(), timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(usage), proc.stdout
+
+
+@pytest.mark.parametrize("script", ["add.py", "softmax.py"])
+def test_nki_tutorial_help_does_not_run_the_kernel(script):
+    path = ROOT / "examples" / "nki" / script
+    proc = subprocess.run([sys.executable, str(path), "--help"], capture_output=True, text=True, env=_env(),
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: ") and "{trn2,trn3}" in proc.stdout, proc.stdout
+    assert "matches PyTorch" not in proc.stdout
+
+
+def test_nki_tutorial_rejects_an_unknown_target_before_running():
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "nki" / "add.py"), "trn9"], capture_output=True,
+                          text=True, env=_env(), timeout=120)
+    assert proc.returncode == 2 and "invalid choice: 'trn9'" in proc.stderr, proc.stderr
+    assert "matches PyTorch" not in proc.stdout
