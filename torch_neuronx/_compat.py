@@ -25,12 +25,12 @@ def _on_module_registration(module, name, submodule):
 
 def apply() -> None:
     from torch import _tensor_str
+    from torch.nn.modules import linear_cross_entropy_options as lce
 
     from . import _hf
 
     _hf.install()
     torch.nn.modules.module.register_module_module_registration_hook(_on_module_registration)
-    from torch.nn.modules import linear_cross_entropy_options as lce
 
     # Printing formats on the host, as a user expects from a device: keeps the
     # formatter's float64 statistics from counting as device fallbacks.

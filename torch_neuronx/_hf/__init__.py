@@ -1,7 +1,7 @@
-"""Hooks the Hugging Face libraries consult, registered at autoload.
+"""Hugging Face library messages that are wrong about neuron, filtered at autoload.
 
-Only public mechanisms: filters on the libraries' own ``logging`` loggers, which drop
-messages that are wrong about a neuron device. Nothing in the libraries is replaced.
+Only a public mechanism: ``logging.Filter``s on the libraries' own loggers. Nothing in the
+libraries is replaced.
 """
 import logging
 import re
