@@ -24,6 +24,7 @@ def main():
     saved = {k: v.detach().cpu().clone() for k, v in acc.unwrap_model(model).state_dict().items()}
     acc.save_state(f"{out}/safe")
     acc.save_state(f"{out}/pickle", safe_serialization=False)
+    acc.wait_for_everyone()  # rank 0 writes the files the other rank reads next
 
     def scramble():
         with torch.no_grad():
