@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     if cmd == "ls":
         from .tools import neuron_ls
 
-        return neuron_ls.main(rest)
+        return neuron_ls.main(rest, prog="torch-neuronx ls")
     if cmd == "demo":
         from . import demo
 

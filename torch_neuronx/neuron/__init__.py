@@ -21,6 +21,7 @@ from .device import (
     set_device,
     synchronize,
 )
+from . import amp
 from .memory import (
     empty_cache,
     max_memory_allocated,
