@@ -4,8 +4,14 @@ import threading
 
 import torch
 
-from . import _C
+from . import _C, _hardware
 
+# The runtime models instance types from the one hardware table; hand it over
+# before anything can start the runtime.
+_C._set_hardware_tables(
+    [(c.name, c.physical_cores, c.hbm_bytes, list(c.lnc_allowed), c.lnc_default) for c in _hardware.CHIPS.values()],
+    [(i.name, i.chip, i.chips) for i in _hardware.INSTANCES.values()],
+)
 _lock = threading.Lock()
 _done = False
 

@@ -60,6 +60,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_register_collective_routes", &register_collective_routes);
   m.def("_shutdown_autograd_threads", &shutdown_autograd_threads);
   m.def("_instance_info", &instance_info);
+  // (name, physical cores, HBM bytes, allowed LNC, default LNC) per chip and
+  // (name, chip, chips) per instance type, from torch_neuronx/_hardware.py.
+  m.def("_set_hardware_tables",
+        [](const std::vector<std::tuple<std::string, int, uint64_t, std::vector<int>, int>>& chips,
+           const std::vector<std::tuple<std::string, std::string, int>>& types) {
+          std::vector<rt::ChipSpec> cs;
+          for (const auto& [name, cores, hbm, lnc, lnc_default] : chips) cs.push_back({name, cores, hbm, lnc, lnc_default});
+          std::vector<rt::InstanceType> ts;
+          for (const auto& [name, chip, n] : types) ts.push_back({name, chip, n});
+          rt::set_hardware_tables(std::move(cs), std::move(ts));
+        });
   m.def("_device_count", [] {
     try {
       return device_count();

@@ -59,12 +59,13 @@ InstanceInfo describe_instance() {
   InstanceInfo info;
   std::string itype = trim(env("TORCH_NEURONX_INSTANCE_TYPE"));
   if (itype.empty()) itype = kDefaultInstanceType;
+  const std::vector<InstanceType> types = instance_types();
   const InstanceType* found = nullptr;
-  for (const auto& t : instance_types())
+  for (const auto& t : types)
     if (itype == t.name) found = &t;
   if (!found) {
     std::string known;
-    for (const auto& t : instance_types()) known += std::string(known.empty() ? "" : ", ") + t.name;
+    for (const auto& t : types) known += std::string(known.empty() ? "" : ", ") + t.name;
     throw ConfigError("TORCH_NEURONX_INSTANCE_TYPE='" + itype + "' is not a known instance type (known: " + known +
                       ")");
   }
@@ -73,7 +74,7 @@ InstanceInfo describe_instance() {
   info.num_chips = found->chips;
 
   const std::string lnc_env = env("NEURON_LOGICAL_NC_CONFIG");
-  info.lnc = lnc_env.empty() ? info.chip.lnc_allowed.back() : parse_int("NEURON_LOGICAL_NC_CONFIG", lnc_env);
+  info.lnc = lnc_env.empty() ? info.chip.lnc_default : parse_int("NEURON_LOGICAL_NC_CONFIG", lnc_env);
   if (std::find(info.chip.lnc_allowed.begin(), info.chip.lnc_allowed.end(), info.lnc) == info.chip.lnc_allowed.end()) {
     std::string allowed;
     for (int v : info.chip.lnc_allowed) allowed += (allowed.empty() ? "" : " or ") + std::to_string(v);

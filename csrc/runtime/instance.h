@@ -22,6 +22,7 @@ struct ChipSpec {
   int physical_cores = 0;  // NeuronCores per chip
   uint64_t hbm_bytes = 0;  // HBM per chip
   std::vector<int> lnc_allowed;
+  int lnc_default = 1;
 };
 
 // One torch device: a logical NeuronCore.
@@ -44,15 +45,18 @@ struct InstanceInfo {
 
 // An instance type we model: its chip and how many chips it has.
 struct InstanceType {
-  const char* name;
-  const char* chip;
-  int chips;
+  std::string name;
+  std::string chip;
+  int chips = 0;
 };
 
-// The hardware tables (instance_table.cpp) and the instance type assumed when
-// TORCH_NEURONX_INSTANCE_TYPE is unset.
+// The hardware tables (instance_table.cpp), set once from Python's
+// torch_neuronx/_hardware.py, and the instance type assumed when
+// TORCH_NEURONX_INSTANCE_TYPE is unset. Both getters throw ConfigError
+// before the tables are set.
 constexpr const char* kDefaultInstanceType = "trn2.3xlarge";
-const std::vector<InstanceType>& instance_types();
+void set_hardware_tables(std::vector<ChipSpec> chips, std::vector<InstanceType> types);
+std::vector<InstanceType> instance_types();
 ChipSpec chip_spec(const std::string& name);
 
 // Parses the environment (NEURON_LOGICAL_NC_CONFIG, NEURON_RT_VISIBLE_CORES,

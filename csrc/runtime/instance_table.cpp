@@ -1,26 +1,36 @@
-// The chips and instance types the simulator models: the one place the C++
-// runtime keeps hardware numbers.
+// The chips and instance types the simulator models. No figure is kept here:
+// torch_neuronx/_hardware.py is their one source (the NKI cost model and the
+// readiness estimates read it too) and hands the tables over when the package
+// is imported, before the runtime starts.
+#include <mutex>
+
 #include "runtime/instance.h"
 
 namespace neuron::rt {
 namespace {
-constexpr uint64_t GiB = 1ull << 30;
+std::mutex g_mu;
+std::vector<ChipSpec> g_chips;
+std::vector<InstanceType> g_types;
 }  // namespace
 
-ChipSpec chip_spec(const std::string& name) {
-  if (name == "trn1") return {"trn1", 2, 32 * GiB, {1}};
-  if (name == "trn2") return {"trn2", 8, 96 * GiB, {1, 2}};
-  return {"trn3", 8, 144 * GiB, {1, 2}};
+void set_hardware_tables(std::vector<ChipSpec> chips, std::vector<InstanceType> types) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_chips = std::move(chips);
+  g_types = std::move(types);
 }
 
-// One chip per "neuron device", as neuron-ls shows.
-const std::vector<InstanceType>& instance_types() {
-  static const std::vector<InstanceType> types = {
-      {"trn1.2xlarge", "trn1", 1}, {"trn1.32xlarge", "trn1", 16}, {"trn1n.32xlarge", "trn1", 16},
-      {"trn2.3xlarge", "trn2", 1}, {"trn2.48xlarge", "trn2", 16}, {"trn2u.48xlarge", "trn2", 16},
-      {"trn3.3xlarge", "trn3", 1}, {"trn3.48xlarge", "trn3", 16},
-  };
-  return types;
+std::vector<InstanceType> instance_types() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_types.empty())
+    throw ConfigError("the hardware tables are not loaded: import torch_neuronx (it loads them from _hardware.py)");
+  return g_types;
+}
+
+ChipSpec chip_spec(const std::string& name) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  for (const auto& c : g_chips)
+    if (c.name == name) return c;
+  throw ConfigError("no hardware figures for chip '" + name + "'");
 }
 
 }  // namespace neuron::rt

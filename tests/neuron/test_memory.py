@@ -151,7 +151,13 @@ def test_accelerator_empty_cache_releases_every_core():
 
 def test_memory_stats_are_the_accelerator_device_stats():
     t = torch.ones(257, device="neuron:1")
-    assert torch.neuron.memory_stats(1) == dict(torch.accelerator.memory_stats(1))
+    stats = torch.neuron.memory_stats(1)
+    accel = dict(torch.accelerator.memory_stats(1))
+    assert {k: stats[k] for k in accel} == accel
+    # The real TorchNeuron's names of two counters, beside CUDA's.
+    assert stats["allocation_requests"] == accel["allocation.all.allocated"] > 0
+    assert stats["num_tensor_frees"] == accel["allocation.all.freed"]
+    assert set(stats) - set(accel) == {"allocation_requests", "num_tensor_frees"}
     assert torch.neuron.memory_stats("neuron:1")["allocated_bytes.all.current"] == torch.accelerator.memory_allocated(1)
     del t
 

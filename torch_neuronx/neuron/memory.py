@@ -25,6 +25,9 @@ def memory_stats(device=None) -> dict:
             flat[prefix] = value
 
     flatten("", stats)
+    # The real TorchNeuron's names of two counters that CUDA's keys also carry.
+    flat["allocation_requests"] = flat["allocation.all.allocated"]
+    flat["num_tensor_frees"] = flat["allocation.all.freed"]
     return dict(sorted(flat.items()))
 
 
