@@ -38,6 +38,10 @@ def check_torch_version(version: str | None = None) -> None:
         )
 
 
+def torch_version_supported() -> bool:
+    return torch.__version__.startswith(SUPPORTED_TORCH)
+
+
 def _is_cpu_like(device_type) -> bool:
     return device_type in ("cpu", DEVICE)
 
@@ -51,9 +55,10 @@ def install() -> None:
         if _installed:
             return
         check_torch_version()
-        _register_device_interface()
+        register_device_interface()
         _register_codegen()
         _patch_cpu_checks()
+        _patch_layout_choice()
         _patch_rng_state_hops()
         _patch_cat_lowering()
         _installed = True
@@ -63,7 +68,15 @@ def install() -> None:
 # Dynamo device interface
 # --------------------------------------------------------------------------- #
 
-def _register_device_interface() -> None:
+_interface_registered = False
+
+
+def register_device_interface() -> None:
+    """Register Dynamo's device interface of ``neuron`` (idempotent; imports no Inductor)."""
+    global _interface_registered
+    if _interface_registered:
+        return
+    _interface_registered = True
     from dataclasses import dataclass
 
     from torch._dynamo import device_interface as di
@@ -269,6 +282,31 @@ def _patch_cpu_checks() -> None:
         return orig_contains_cpu(cls, value)
 
     FxGraphHashDetails._contains_cpu_tensor = classmethod(_contains_cpu_tensor)
+
+
+def _patch_layout_choice() -> None:
+    """No channels_last layout optimisation for graphs with neuron convolutions.
+
+    Inductor's layout heuristic for non-CPU devices would make conv weights
+    channels_last; the device runs CPU's convolution, which (like the fake
+    convolution of an "Overrideable" backend) answers contiguous, so the
+    conversions would only cost copies.
+    """
+    from torch._inductor.graph import GraphLowering
+
+    orig = GraphLowering.decide_layout_opt
+
+    def _on_neuron(node) -> bool:
+        val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+        return isinstance(val, torch.Tensor) and val.device.type == DEVICE
+
+    @functools.wraps(orig)
+    def decide_layout_opt(gm, *, is_inference: bool) -> bool:
+        if any(n.target is torch.ops.aten.convolution.default and _on_neuron(n) for n in gm.graph.nodes):
+            return False
+        return orig(gm, is_inference=is_inference)
+
+    GraphLowering.decide_layout_opt = staticmethod(decide_layout_opt)
 
 
 def _patch_cat_lowering() -> None:
@@ -503,11 +541,6 @@ def compile_graph(gm, example_inputs, *, cache_dir: str, use_cache: bool, on_inn
         "fx_graph_remote_cache": False,
         "autotune_remote_cache": False,
         "cpp_wrapper": False,
-        # Inductor's layout heuristic for non-CPU devices would make conv weights
-        # channels_last; the device runs CPU's convolution, which (like the fake
-        # convolution of an "Overrideable" backend) answers contiguous, so the
-        # conversions would only cost copies.
-        "layout_optimization": False,
     }
 
     @functools.wraps(compile_fx_inner)
