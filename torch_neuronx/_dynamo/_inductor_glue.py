@@ -19,8 +19,9 @@ import torch
 SUPPORTED_TORCH = "2.13."
 DEVICE = "neuron"
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 _installed = False
+_installing = False
 
 
 class UnsupportedTorchVersionError(RuntimeError):
@@ -48,20 +49,26 @@ def _is_cpu_like(device_type) -> bool:
 
 def install() -> None:
     """Register device ``neuron`` with Inductor and Dynamo (idempotent)."""
-    global _installed
+    global _installed, _installing
     if _installed:
         return
     with _lock:
-        if _installed:
+        # Re-entry: installing imports Inductor modules whose import hook
+        # (see torch_neuronx._dynamo.register) asks for the installation again.
+        if _installed or _installing:
             return
-        check_torch_version()
-        register_device_interface()
-        _register_codegen()
-        _patch_cpu_checks()
-        _patch_layout_choice()
-        _patch_rng_state_hops()
-        _patch_cat_lowering()
-        _installed = True
+        _installing = True
+        try:
+            check_torch_version()
+            register_device_interface()
+            _register_codegen()
+            _patch_cpu_checks()
+            _patch_layout_choice()
+            _patch_rng_state_hops()
+            _patch_cat_lowering()
+            _installed = True
+        finally:
+            _installing = False
 
 
 # --------------------------------------------------------------------------- #
