@@ -9,6 +9,7 @@ import sys
 
 __all__ = [
     "neuron_backend",
+    "set_model_name",
     "get_dynamo_metrics",
     "reset_dynamo_metrics",
     "NeuronCompileError",
@@ -32,6 +33,27 @@ def neuron_backend(gm, example_inputs, **kwargs):
     from .backend import neuron_backend as impl
 
     return impl(gm, example_inputs, **kwargs)
+
+
+_model_name: str | None = None
+
+
+def set_model_name(name: str) -> None:
+    """Name the graphs compiled from now on by backend "neuron" (until the next call).
+
+    The name labels compile-cache entries, metrics, recompilation reports and
+    saved artifacts. ``options={"model_name": ...}`` of one ``torch.compile``
+    call takes precedence.
+    """
+    global _model_name
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"set_model_name expects a non-empty str, got {name!r}")
+    _model_name = name.strip()
+
+
+def current_model_name() -> str | None:
+    """The name given to :func:`set_model_name`, if any."""
+    return _model_name
 
 
 def get_dynamo_metrics():

@@ -455,7 +455,22 @@ def is_dynamo_control_exception(e: BaseException) -> bool:
     """Exceptions Dynamo uses for control flow; a backend must let them through."""
     from torch._dynamo import exc
 
+    if isinstance(e, exc.BackendCompilerFailed):
+        # InductorError (e.g. no working C++ compiler, an unwritable cache) is a
+        # ShortenTraceback too, but it is a real compile failure.
+        return False
     return isinstance(e, (exc.RestartAnalysis, exc.SkipFrame, exc.ShortenTraceback))
+
+
+def compile_failure_cause(e: BaseException) -> str:
+    """One line naming what made a compile fail (the error Inductor wrapped, if any)."""
+    from torch._dynamo import exc
+
+    inner = getattr(e, "inner_exception", None)
+    if isinstance(e, exc.BackendCompilerFailed) and inner is not None:
+        e = inner
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else '(no message)'}"
 
 
 def dynamo_counters() -> dict:

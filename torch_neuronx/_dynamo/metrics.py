@@ -20,6 +20,7 @@ def _empty() -> dict:
         "recompilations": [],     # {"graph", "shapes", "reason"}
         "fallbacks": [],          # {"graph", "error"}: graphs run eagerly
         "graphs": [],             # {"graph", "shapes", "seconds", "cache"}
+        "cache_discarded": [],    # corrupted cache entries deleted before use
     }
 
 
@@ -95,6 +96,11 @@ def record_fallback(graph: str, error: str) -> None:
         _state["fallbacks"].append({"graph": graph, "error": error})
 
 
+def record_discarded(entries) -> None:
+    with _lock:
+        _state["cache_discarded"].extend(entries)
+
+
 def format_report(m: dict) -> str:
     lines = [
         "torch.compile backend 'neuron' -- compile metrics",
@@ -110,6 +116,8 @@ def format_report(m: dict) -> str:
     lines.append(f"  graph breaks         {m.get('graph_breaks', 0)}")
     for reason, n in m.get("graph_break_reasons", {}).items():
         lines.append(f"    - {n}x {reason.splitlines()[0][:160]}")
+    if m.get("cache_discarded"):
+        lines.append(f"  corrupted cache entries discarded  {len(m['cache_discarded'])}")
     if m["fallbacks"]:
         lines.append(f"  eager fallbacks      {len(m['fallbacks'])}")
         for f in m["fallbacks"]:
