@@ -70,7 +70,7 @@ def _immutable(path) -> bool:
     return subprocess.run(["chattr", "-R", "+i", str(path)], capture_output=True).returncode == 0
 
 
-@pytest.mark.parametrize("kind", ["under_a_regular_file", "immutable_directory"])
+@pytest.mark.parametrize("kind", ["under_a_regular_file", pytest.param("immutable_directory", marks=pytest.mark.slow)])
 def test_unwritable_cache_compiles_without_persisting(tmp_path, kind):
     if kind == "under_a_regular_file":
         (tmp_path / "file").write_text("")

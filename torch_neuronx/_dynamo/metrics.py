@@ -109,6 +109,9 @@ def format_report(m: dict) -> str:
         f"  compile time         {m['compile_seconds']:.2f} s",
         f"  recompilations       {len(m['recompilations'])}",
     ]
+    if m["graphs"]:
+        shown = ", ".join(f"{g['graph']} ({g['cache']})" for g in m["graphs"][:6])
+        lines.insert(2, f"    - {shown}{' ...' if len(m['graphs']) > 6 else ''}")
     for r in m["recompilations"]:
         shapes = str(r["shapes"])
         shapes = shapes if len(shapes) <= 160 else shapes[:157] + "..."
