@@ -55,7 +55,6 @@ _graph_ids = itertools.count()
 _frame_shapes: dict = {}
 _frame_lock = threading.Lock()
 _warned_modes: set = set()
-_warned_causes: set = set()
 
 
 def _flag(name: str, default: str) -> bool:
@@ -275,10 +274,8 @@ def _compile(gm, example_inputs: list, opts: _Options, graph_name: str, names: l
 
 def _warn_fallback_once(graph_name: str, cause: str) -> None:
     # One warning per cause: a broken compiler fails every graph the same way.
-    with _frame_lock:
-        if cause in _warned_causes:
-            return
-        _warned_causes.add(cause)
+    if not metrics.new_fallback_cause(cause):
+        return
     warnings.warn(
         f"backend 'neuron': graph {graph_name} failed to compile ({cause}); running it eagerly "
         f"(fallback_execution=True). Later graphs failing for the same cause fall back silently; "

@@ -65,6 +65,7 @@ def reset_dynamo_metrics() -> None:
     global _state, _graph_break_base
     with _lock:
         _state = _empty()
+        _fallback_causes.clear()
         _graph_break_base = _graph_break_counter()
 
 
@@ -94,6 +95,18 @@ def record_recompilation(graph: str, shapes, reason: str) -> None:
 def record_fallback(graph: str, error: str) -> None:
     with _lock:
         _state["fallbacks"].append({"graph": graph, "error": error})
+
+
+_fallback_causes: set = set()
+
+
+def new_fallback_cause(cause: str) -> bool:
+    """True the first time `cause` made a graph fall back since the last reset."""
+    with _lock:
+        if cause in _fallback_causes:
+            return False
+        _fallback_causes.add(cause)
+        return True
 
 
 def record_discarded(entries) -> None:
