@@ -51,7 +51,7 @@ def build_trainer(example_args, training_args, model_args):
     from transformers.distributed import DistributedConfig
     from trl import SFTTrainer, get_peft_config
 
-    from torch_neuronx._hf_demo_utils import build_base_checkpoint, corpus_dataset, load_corpus
+    from torch_neuronx.demo.hf import build_base_checkpoint, corpus_dataset, load_corpus
 
     world = _check_world_size(example_args)
     model_path = model_args.model_name_or_path or build_base_checkpoint(example_args.base_model_dir)

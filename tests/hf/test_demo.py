@@ -56,3 +56,27 @@ def test_demo_rejects_bad_arguments():
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.run([*LAUNCH, "--steps", "0"], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--steps must be at least 1" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_imports_have_no_environment_side_effects():
+    code = (
+        "import os\n"
+        "before = dict(os.environ)\n"
+        "import torch_neuronx.demo, torch_neuronx.demo.hf, torch_neuronx.tools.arch_coverage\n"
+        "changed = sorted(set(os.environ.items()) ^ set(before.items()))\n"
+        "assert not changed, changed\n"
+        "assert callable(torch_neuronx.demo.main) and callable(torch_neuronx.demo.hf.train_tokenizer)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
+    env["PYTHONPATH"] = str(REPO)
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_python_m_torch_neuronx_prints_the_cli_help():
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "torch_neuronx"], env=env, capture_output=True, text=True, timeout=120)
+    assert "usage: torch-neuronx" in proc.stdout and "demo" in proc.stdout, proc.stderr[-2000:]
+    proc = subprocess.run([sys.executable, "-m", "torch_neuronx", "--help"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and "usage: torch-neuronx" in proc.stdout

@@ -13,7 +13,7 @@ WORKERS = Path(__file__).parent / "workers"
 
 @pytest.fixture(scope="module")
 def base_dir(tmp_path_factory):
-    from torch_neuronx._hf_demo_utils import build_base_checkpoint
+    from torch_neuronx.demo.hf import build_base_checkpoint
 
     return build_base_checkpoint(str(tmp_path_factory.mktemp("sft") / "base"))
 

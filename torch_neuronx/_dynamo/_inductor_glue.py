@@ -19,8 +19,9 @@ import torch
 SUPPORTED_TORCH = "2.13."
 DEVICE = "neuron"
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 _installed = False
+_installing = False
 
 
 class UnsupportedTorchVersionError(RuntimeError):
@@ -38,32 +39,51 @@ def check_torch_version(version: str | None = None) -> None:
         )
 
 
+def torch_version_supported() -> bool:
+    return torch.__version__.startswith(SUPPORTED_TORCH)
+
+
 def _is_cpu_like(device_type) -> bool:
     return device_type in ("cpu", DEVICE)
 
 
 def install() -> None:
     """Register device ``neuron`` with Inductor and Dynamo (idempotent)."""
-    global _installed
+    global _installed, _installing
     if _installed:
         return
     with _lock:
-        if _installed:
+        # Re-entry: installing imports Inductor modules whose import hook
+        # (see torch_neuronx._dynamo.register) asks for the installation again.
+        if _installed or _installing:
             return
-        check_torch_version()
-        _register_device_interface()
-        _register_codegen()
-        _patch_cpu_checks()
-        _patch_rng_state_hops()
-        _patch_cat_lowering()
-        _installed = True
+        _installing = True
+        try:
+            check_torch_version()
+            register_device_interface()
+            _register_codegen()
+            _patch_cpu_checks()
+            _patch_layout_choice()
+            _patch_rng_state_hops()
+            _patch_cat_lowering()
+            _installed = True
+        finally:
+            _installing = False
 
 
 # --------------------------------------------------------------------------- #
 # Dynamo device interface
 # --------------------------------------------------------------------------- #
 
-def _register_device_interface() -> None:
+_interface_registered = False
+
+
+def register_device_interface() -> None:
+    """Register Dynamo's device interface of ``neuron`` (idempotent; imports no Inductor)."""
+    global _interface_registered
+    if _interface_registered:
+        return
+    _interface_registered = True
     from dataclasses import dataclass
 
     from torch._dynamo import device_interface as di
@@ -271,6 +291,31 @@ def _patch_cpu_checks() -> None:
     FxGraphHashDetails._contains_cpu_tensor = classmethod(_contains_cpu_tensor)
 
 
+def _patch_layout_choice() -> None:
+    """No channels_last layout optimisation for graphs with neuron convolutions.
+
+    Inductor's layout heuristic for non-CPU devices would make conv weights
+    channels_last; the device runs CPU's convolution, which (like the fake
+    convolution of an "Overrideable" backend) answers contiguous, so the
+    conversions would only cost copies.
+    """
+    from torch._inductor.graph import GraphLowering
+
+    orig = GraphLowering.decide_layout_opt
+
+    def _on_neuron(node) -> bool:
+        val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+        return isinstance(val, torch.Tensor) and val.device.type == DEVICE
+
+    @functools.wraps(orig)
+    def decide_layout_opt(gm, *, is_inference: bool) -> bool:
+        if any(n.target is torch.ops.aten.convolution.default and _on_neuron(n) for n in gm.graph.nodes):
+            return False
+        return orig(gm, is_inference=is_inference)
+
+    GraphLowering.decide_layout_opt = staticmethod(decide_layout_opt)
+
+
 def _patch_cat_lowering() -> None:
     """Lower ``aten.cat`` on neuron as on CPU: a ConcatKernel, not a masked pointwise cat.
 
@@ -410,7 +455,22 @@ def is_dynamo_control_exception(e: BaseException) -> bool:
     """Exceptions Dynamo uses for control flow; a backend must let them through."""
     from torch._dynamo import exc
 
+    if isinstance(e, exc.BackendCompilerFailed):
+        # InductorError (e.g. no working C++ compiler, an unwritable cache) is a
+        # ShortenTraceback too, but it is a real compile failure.
+        return False
     return isinstance(e, (exc.RestartAnalysis, exc.SkipFrame, exc.ShortenTraceback))
+
+
+def compile_failure_cause(e: BaseException) -> str:
+    """One line naming what made a compile fail (the error Inductor wrapped, if any)."""
+    from torch._dynamo import exc
+
+    inner = getattr(e, "inner_exception", None)
+    if isinstance(e, exc.BackendCompilerFailed) and inner is not None:
+        e = inner
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else '(no message)'}"
 
 
 def dynamo_counters() -> dict:
@@ -503,11 +563,6 @@ def compile_graph(gm, example_inputs, *, cache_dir: str, use_cache: bool, on_inn
         "fx_graph_remote_cache": False,
         "autotune_remote_cache": False,
         "cpp_wrapper": False,
-        # Inductor's layout heuristic for non-CPU devices would make conv weights
-        # channels_last; the device runs CPU's convolution, which (like the fake
-        # convolution of an "Overrideable" backend) answers contiguous, so the
-        # conversions would only cost copies.
-        "layout_optimization": False,
     }
 
     @functools.wraps(compile_fx_inner)

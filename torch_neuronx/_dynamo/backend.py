@@ -76,7 +76,9 @@ class _Options:
             raise NeuronCompileOptionError(
                 f"unsupported option(s) {unknown} for backend 'neuron'; supported: {list(SUPPORTED_OPTIONS)}"
             )
-        self.model_name = str(options.get("model_name") or "graph")
+        from . import current_model_name
+
+        self.model_name = str(options.get("model_name") or current_model_name() or "graph")
         fallback = options.get("fallback_execution")
         if fallback is None:
             fallback = not _flag("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "1")
@@ -211,6 +213,15 @@ def _compile(gm, example_inputs: list, opts: _Options, graph_name: str, names: l
         cache.write_artifact(graph_name, "dynamo_graph.txt", gm.print_readable(print_output=False))
 
     use_cache = cache.cache_enabled()
+    discarded = cache.verify_entries()
+    if discarded:
+        metrics.record_discarded(discarded)
+        warnings.warn(
+            f"backend 'neuron': discarded {len(discarded)} corrupted compile-cache "
+            f"entr{'y' if len(discarded) == 1 else 'ies'} of {cache.cache_dir()} (they will be "
+            f"recompiled): {', '.join(discarded[:3])}{' ...' if len(discarded) > 3 else ''}",
+            stacklevel=2,
+        )
     counters = glue.dynamo_counters()
     before = _cache_counts(counters)
 
@@ -220,6 +231,7 @@ def _compile(gm, example_inputs: list, opts: _Options, graph_name: str, names: l
         kind = "backward" if is_backward else "forward"
         if first_call_done:  # AOTAutograd compiles the backward at the first backward()
             metrics.add_compile_seconds(seconds)
+            cache.record_entries(opts.model_name)
         if cache.artifacts_enabled():
             cache.write_artifact(graph_name, f"aot_{kind}_graph.txt", inner_gm.print_readable(print_output=False))
             source = getattr(compiled, "source_code", None)
@@ -236,25 +248,40 @@ def _compile(gm, example_inputs: list, opts: _Options, graph_name: str, names: l
         if glue.is_dynamo_control_exception(e) or isinstance(e, NeuronCompileError):
             raise
         seconds = time.perf_counter() - t0
+        cause = glue.compile_failure_cause(e)
         if not opts.fallback_execution:
             raise NeuronGraphCompilationError(
-                f"graph {graph_name} failed to compile: {type(e).__name__}: {e}\n"
+                f"graph {graph_name} failed to compile: {cause}\n"
                 f"Pass options={{'fallback_execution': True}} to torch.compile (or set "
                 f"TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0) to run such graphs eagerly."
             ) from e
-        warnings.warn(f"backend 'neuron': graph {graph_name} failed to compile ({type(e).__name__}: {e}); running it eagerly")
-        metrics.record_fallback(graph_name, f"{type(e).__name__}: {e}")
+        _warn_fallback_once(graph_name, cause)
+        metrics.record_fallback(graph_name, cause)
         metrics.add_compile_seconds(seconds)
         compiled = gm.forward
     else:
         first_call_done.append(True)
         seconds = time.perf_counter() - t0
         after = _cache_counts(counters)
-        metrics.record_graph(graph_name, _shape_sig(example_inputs), seconds, _cache_outcome(before, after, use_cache))
+        cache.record_entries(opts.model_name)
+        outcome = _cache_outcome(before, after, use_cache and cache.persistent())
+        metrics.record_graph(graph_name, _shape_sig(example_inputs), seconds, outcome)
 
     if cpu_idx:
         return _CopyIn(compiled, cpu_idx, device)
     return compiled
+
+
+def _warn_fallback_once(graph_name: str, cause: str) -> None:
+    # One warning per cause: a broken compiler fails every graph the same way.
+    if not metrics.new_fallback_cause(cause):
+        return
+    warnings.warn(
+        f"backend 'neuron': graph {graph_name} failed to compile ({cause}); running it eagerly "
+        f"(fallback_execution=True). Later graphs failing for the same cause fall back silently; "
+        f"torch.neuron.get_dynamo_metrics()['fallbacks'] lists them.",
+        stacklevel=2,
+    )
 
 
 def _to_device_examples(example_inputs, idx, device):

@@ -20,6 +20,7 @@ def _empty() -> dict:
         "recompilations": [],     # {"graph", "shapes", "reason"}
         "fallbacks": [],          # {"graph", "error"}: graphs run eagerly
         "graphs": [],             # {"graph", "shapes", "seconds", "cache"}
+        "cache_discarded": [],    # corrupted cache entries deleted before use
     }
 
 
@@ -64,6 +65,7 @@ def reset_dynamo_metrics() -> None:
     global _state, _graph_break_base
     with _lock:
         _state = _empty()
+        _fallback_causes.clear()
         _graph_break_base = _graph_break_counter()
 
 
@@ -95,6 +97,23 @@ def record_fallback(graph: str, error: str) -> None:
         _state["fallbacks"].append({"graph": graph, "error": error})
 
 
+_fallback_causes: set = set()
+
+
+def new_fallback_cause(cause: str) -> bool:
+    """True the first time `cause` made a graph fall back since the last reset."""
+    with _lock:
+        if cause in _fallback_causes:
+            return False
+        _fallback_causes.add(cause)
+        return True
+
+
+def record_discarded(entries) -> None:
+    with _lock:
+        _state["cache_discarded"].extend(entries)
+
+
 def format_report(m: dict) -> str:
     lines = [
         "torch.compile backend 'neuron' -- compile metrics",
@@ -103,6 +122,9 @@ def format_report(m: dict) -> str:
         f"  compile time         {m['compile_seconds']:.2f} s",
         f"  recompilations       {len(m['recompilations'])}",
     ]
+    if m["graphs"]:
+        shown = ", ".join(f"{g['graph']} ({g['cache']})" for g in m["graphs"][:6])
+        lines.insert(2, f"    - {shown}{' ...' if len(m['graphs']) > 6 else ''}")
     for r in m["recompilations"]:
         shapes = str(r["shapes"])
         shapes = shapes if len(shapes) <= 160 else shapes[:157] + "..."
@@ -110,6 +132,8 @@ def format_report(m: dict) -> str:
     lines.append(f"  graph breaks         {m.get('graph_breaks', 0)}")
     for reason, n in m.get("graph_break_reasons", {}).items():
         lines.append(f"    - {n}x {reason.splitlines()[0][:160]}")
+    if m.get("cache_discarded"):
+        lines.append(f"  corrupted cache entries discarded  {len(m['cache_discarded'])}")
     if m["fallbacks"]:
         lines.append(f"  eager fallbacks      {len(m['fallbacks'])}")
         for f in m["fallbacks"]:

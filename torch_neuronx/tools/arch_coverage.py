@@ -22,9 +22,6 @@ import sys
 import time
 import traceback
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
 import torch
 
 NEW_TOKENS = 8
@@ -398,6 +395,9 @@ def main(argv=None) -> int:
     p.add_argument("--only", nargs="+", metavar="NAME", help="model types to check")
     p.add_argument("-j", "--json", metavar="OUT", help="write results as JSON")
     args = p.parse_args(argv)
+    # Before transformers is imported (it reads them then): tiny configs, never the Hub.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import transformers
 
     transformers.logging.set_verbosity_error()

@@ -1,4 +1,4 @@
-"""Shared building blocks of the Hugging Face demo and examples: the shipped corpus as a
+"""Hugging Face building blocks of the demo, for examples and tests too: the shipped corpus as a
 ``datasets.Dataset``, a byte-level BPE tokenizer trained locally with ``tokenizers`` and
 wrapped as a ``PreTrainedTokenizerFast``, and a tiny Llama-style checkpoint built from a
 config. Nothing is downloaded.
@@ -9,6 +9,9 @@ import os
 import shutil
 import tempfile
 from importlib import resources
+
+__all__ = ["SPECIAL_TOKENS", "build_base_checkpoint", "corpus_dataset", "load_corpus", "tiny_llama_config",
+           "train_tokenizer"]
 
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 

@@ -19,9 +19,6 @@ import sys
 import tempfile
 import time
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-
 DEFAULT_PROMPT = "The model"
 # fp32 logits of the reloaded CPU checkpoint vs the trained neuron model: the simulator runs the
 # CPU kernels, so they agree to rounding; anything larger means the checkpoint is not portable
@@ -95,14 +92,18 @@ def _max_logit_diff(neuron_model, cpu_model, ids) -> float:
 
 
 def main(argv=None) -> int:
+    """Run the demo with command-line arguments `argv` (default: ``sys.argv[1:]``); returns the exit code."""
     args = parse_args(argv)
+    # Before transformers is imported (it reads them then); the demo never needs the Hub.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
     import torch
     import transformers
     from transformers import AutoModelForCausalLM, LlamaForCausalLM
     from trl import SFTConfig, SFTTrainer
 
-    from ._hf_demo_utils import corpus_dataset, load_corpus, tiny_llama_config, train_tokenizer
+    from .hf import corpus_dataset, load_corpus, tiny_llama_config, train_tokenizer
 
     transformers.logging.set_verbosity_error()
     on_neuron = args.device == "neuron"

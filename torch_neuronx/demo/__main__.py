@@ -1,0 +1,5 @@
+import sys
+
+from .sft import main
+
+sys.exit(main())
