@@ -27,7 +27,7 @@ def checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def text_checkpoint(tmp_path_factory):
-    from torch_neuronx._hf_demo_utils import build_base_checkpoint
+    from torch_neuronx.demo.hf import build_base_checkpoint
 
     return build_base_checkpoint(str(tmp_path_factory.mktemp("placement") / "tiny-llama"))
 

@@ -3,7 +3,7 @@
 Device memory of the simulated Trainium is host memory, so collectives on
 neuron tensors run on gloo (TCP, rendezvous through torchrun's store) over
 zero-copy CPU views of the tensors. The routing lives in C++
-(csrc/collectives.cpp): core's PrivateUse1 kernels of the c10d ops are
+(csrc/distributed/): core's PrivateUse1 kernels of the c10d ops are
 replaced by kernels that view the neuron tensors as CPU tensors and call the
 CPU kernels, i.e. the process group's CPU backend. That layer also implements
 ReduceOp.AVG and ReduceOp.PREMUL_SUM, which gloo lacks.
@@ -67,7 +67,7 @@ def _install_coalescing(pg_cls) -> None:
     ``dist._coalescing_manager(group, device=neuron)`` calls).
 
     gloo implements neither; on neuron the works issued in between are
-    collected by csrc/collectives.cpp and _end_coalescing returns one Work
+    collected by csrc/distributed/collectives.cpp and _end_coalescing returns one Work
     over all of them. Other devices keep core's behaviour.
     """
     if getattr(pg_cls._start_coalescing, "_neuron", False):
