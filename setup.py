@@ -6,17 +6,19 @@ import os
 # or this half-built tree): the build only needs torch itself.
 os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 
+import torch
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
-sources = sorted(glob.glob("csrc/*.cpp") + glob.glob("csrc/runtime/*.cpp"))
+sources = sorted(glob.glob("csrc/*.cpp") + glob.glob("csrc/runtime/*.cpp") + glob.glob("csrc/profiler/*.cpp"))
 
 setup(
     ext_modules=[
         CppExtension(
             "torch_neuronx._C",
             sources,
-            include_dirs=["csrc"],
+            # kineto/: the headers of torch.profiler's activity-profiler plugin API.
+            include_dirs=["csrc", os.path.join(os.path.dirname(torch.__file__), "include", "kineto")],
             extra_compile_args=["-O2", "-Wno-unused-parameter"],
         )
     ],

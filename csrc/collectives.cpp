@@ -19,6 +19,7 @@
 // result() / getFuture() give the neuron tensors instead of the CPU views
 // (DDP's reducer builds gradient views from the future's value).
 #include "neuron.h"
+#include "profiler/device_events.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
@@ -48,10 +49,12 @@ struct PostProcess {
   std::vector<at::Tensor> targets;  // CPU views of the outputs
   int64_t divisor = 1;
   std::function<void()> then;
+  profiler::AsyncSpan span;
 
   void run() {
     std::call_once(once, [this] {
       if (then) then();
+      span.end();
       if (divisor == 1) return;
       for (auto& t : targets) {
         if (!t.defined() || t.numel() == 0) continue;
@@ -407,6 +410,7 @@ void collective_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch
   ensure_cpu_backend(pg);
 
   auto post = std::make_shared<PostProcess>();
+  post->span.begin(profiler::SpanKind::Collective, opname, dev >= 0 ? dev : current_device());
   if (reduce_idx >= 0) {
     auto rop = (*stack)[base + reduce_idx].toCustomClass<c10d::ReduceOp>();
     const auto kind = rop->op_;

@@ -5,6 +5,7 @@
 #include <torch/extension.h>
 
 #include "neuron.h"
+#include "profiler/python.h"
 
 #include <chrono>
 #include <thread>
@@ -136,4 +137,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_executed_ops", &executed_ops);
   m.def("_fallback_ops", &fallback_ops);
   m.def("_clear_op_tracking", &clear_op_tracking);
+  profiler::bind(m);
 }

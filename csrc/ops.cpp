@@ -4,6 +4,7 @@
 // resizing) get explicit kernels, and a few ops that PyTorch routes by device
 // type get explicit ones so that numerics and kernel choice equal CPU's.
 #include "neuron.h"
+#include "profiler/device_events.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/Operators.h>
@@ -486,6 +487,7 @@ void cpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
 
   {
     ChargeCpuAllocationsTo charge(dev);
+    profiler::DeviceSpan span(profiler::SpanKind::Op, meta.name.c_str(), dev);
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
   }
 
@@ -634,6 +636,7 @@ struct Unboxed<Op, R(A...)> {
     std::tuple<decltype(call.in(std::forward<A>(args)))...> converted{call.in(std::forward<A>(args))...};
     call.before_run();
     ChargeCpuAllocationsTo charge(call.device());
+    profiler::DeviceSpan span(profiler::SpanKind::Op, meta.name.c_str(), call.device());
     auto run_cpu = [](auto&&... a) -> R { return Op::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), a...); };
     if constexpr (std::is_reference_v<R>) {
       return call.out_ref(std::apply(run_cpu, converted));

@@ -17,6 +17,7 @@ from .device import (
     synchronize,
 )
 from .._dynamo import get_dynamo_metrics, reset_dynamo_metrics
+from ..profiler._graphs import _compiled_graph
 from .memory import (
     empty_cache,
     max_memory_allocated,
