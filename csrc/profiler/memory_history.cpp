@@ -155,7 +155,8 @@ namespace py = pybind11;
 void record_memory_history(bool enabled, bool trace_alloc, bool frames_alloc, bool frames_free, bool cpp,
                            size_t max_entries, bool clear) {
   auto& h = history();
-  if (enabled) torch::installCapturedTracebackPython();
+  static std::once_flag python_unwinder;
+  if (enabled) std::call_once(python_unwinder, [] { torch::installCapturedTracebackPython(); });
   // h.mu is taken without the GIL: an allocating thread holding h.mu never
   // waits for the GIL, but one gathering frames may hold the GIL and wait for h.mu.
   std::vector<std::deque<TraceEntry>> old_traces;

@@ -77,6 +77,26 @@ def test_key_averages_device_columns():
     assert "NEURON" in table.upper() and "aten::mm" in table
 
 
+def test_autograd_profiler_use_device_kineto():
+    a = torch.randn(128, 128, device="neuron")
+    with torch.autograd.profiler.profile(use_device="neuron", use_kineto=True) as prof:
+        a @ a
+    dev = [e for e in prof.function_events if e.device_type == DeviceType.PrivateUse1]
+    assert [e.name for e in dev] == ["aten::mm"] and dev[0].device_time_total > 0
+    cpu = [e for e in prof.function_events if e.name == "aten::mm" and e.device_type == DeviceType.CPU]
+    assert cpu[0].device_time_total == pytest.approx(dev[0].device_time_total)
+
+
+def test_autograd_profiler_use_device_legacy_markers():
+    # Without kineto the profiler times each op with the device's event stubs.
+    a = torch.randn(128, 128, device="neuron")
+    with torch.autograd.profiler.profile(use_device="neuron", use_kineto=False) as prof:
+        a @ a
+    mm = [e for e in prof.function_events if e.name == "aten::mm"]
+    assert len(mm) == 1 and mm[0].device_time_total > 0
+    assert mm[0].device_time_total <= mm[0].cpu_time_total * 1.01 + 1
+
+
 def test_cpu_only_profile_has_no_device_events(tmp_path):
     a = torch.randn(64, 64, device="neuron")
     with profile(activities=[ProfilerActivity.CPU]) as prof:
