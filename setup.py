@@ -10,15 +10,16 @@ import torch
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
-sources = sorted(glob.glob("csrc/*.cpp") + glob.glob("csrc/runtime/*.cpp") + glob.glob("csrc/profiler/*.cpp"))
+# Every .cpp under csrc/ except the runtime's stand-alone C++ tests.
+sources = sorted(p for p in glob.glob("csrc/**/*.cpp", recursive=True) if "/tests/" not in p)
 
 setup(
     ext_modules=[
         CppExtension(
             "torch_neuronx._C",
             sources,
-            # kineto/: the headers of torch.profiler's activity-profiler plugin API.
-            include_dirs=["csrc", os.path.join(os.path.dirname(torch.__file__), "include", "kineto")],
+            # kineto/: the headers of torch.profiler's activity-profiler plugin API (csrc/profiler).
+            include_dirs=[os.path.abspath("csrc"), os.path.join(os.path.dirname(torch.__file__), "include", "kineto")],
             extra_compile_args=["-O2", "-Wno-unused-parameter"],
         )
     ],

@@ -14,7 +14,7 @@
 // Kineto's activity classes format with fmt, which libtorch does not export.
 #define FMT_HEADER_ONLY
 
-#include "device_events.h"
+#include "profiler/device_events.h"
 
 #include <c10/util/ApproximateClock.h>
 #include <torch/csrc/profiler/standalone/privateuse1_profiler.h>

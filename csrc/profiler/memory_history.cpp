@@ -1,10 +1,10 @@
 // Recording of device memory history and CUDA-format snapshots (see
 // memory_history.h). Python API: torch.neuron.memory._record_memory_history,
 // _snapshot, _dump_snapshot.
-#include "memory_history.h"
-#include "python.h"
+#include "profiler/memory_history.h"
 
-#include "../neuron.h"
+#include "profiler/python.h"
+#include "runtime/runtime.h"
 
 #include <torch/csrc/profiler/combined_traceback.h>
 
@@ -173,15 +173,17 @@ void record_memory_history(bool enabled, bool trace_alloc, bool frames_alloc, bo
     h.frames_free = frames_free;
     h.cpp = cpp;
     h.max_entries = max_entries;
-    if (static_cast<int>(h.traces.size()) < device_count()) h.traces.resize(device_count());
+    const int ndev = rt::Runtime::get().device_count();
+    if (static_cast<int>(h.traces.size()) < ndev) h.traces.resize(ndev);
     detail::g_mem_recording.store(enabled, std::memory_order_relaxed);
   }
 }
 
 py::dict snapshot() {
   auto& h = history();
-  const auto blocks = runtime().blocks();
-  const int ndev = device_count();
+  auto& rt = rt::Runtime::get();
+  const auto blocks = rt.blocks();
+  const int ndev = rt.device_count();
 
   // Copy what is needed under the lock, symbolize after.
   std::vector<Traceback> block_tb(blocks.size());

@@ -1,8 +1,8 @@
 // Python bindings of the profiler support: device spans of compiled graphs
 // (entered by the code Inductor generates for neuron) and memory history.
-#include "python.h"
+#include "profiler/python.h"
 
-#include "device_events.h"
+#include "profiler/device_events.h"
 
 #include <optional>
 

@@ -4,20 +4,25 @@
 // events and reports their elapsed time as the op's device time. Execution is
 // synchronous, so an event is a timestamp. torch.profiler's activity-based
 // profiling uses the kineto plugin instead (device_events.cpp).
-#include "device_events.h"
-
-#include "../neuron.h"
+#include "profiler/device_events.h"
 
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/profiler/stubs/base.h>
 
 namespace neuron::profiler {
 namespace {
 
+// The device layer's guard (current device, device count): reached through c10
+// so this layer stays below the device layer that calls its hooks.
+const c10::impl::DeviceGuardImplInterface* guard_impl() {
+  return c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1);
+}
+
 struct NeuronStubs final : torch::profiler::impl::ProfilerStubs {
   void record(c10::DeviceIndex* device, torch::profiler::impl::ProfilerVoidEventStub* event,
               int64_t* cpu_ns) const override {
-    if (device) *device = current_device();
+    if (device) *device = guard_impl()->getDevice().index();
     *event = std::make_shared<int64_t>(now_ns());
     if (cpu_ns) *cpu_ns = now_ns();
   }
@@ -33,8 +38,9 @@ struct NeuronStubs final : torch::profiler::impl::ProfilerStubs {
   void rangePop() const override {}
   bool enabled() const override { return true; }
   void onEachDevice(std::function<void(int)> op) const override {
-    for (int d = 0; d < device_count(); ++d) {
-      c10::DeviceGuard guard(c10::Device(kNeuron, static_cast<c10::DeviceIndex>(d)));
+    const int n = guard_impl()->deviceCount();
+    for (int d = 0; d < n; ++d) {
+      c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(d)));
       op(d);
     }
   }
