@@ -121,7 +121,9 @@ def run_tensor_parallel(args) -> bool:
     if world > torch.neuron.device_count():
         raise SystemExit(
             f"TP={world} needs {world} logical NeuronCores but this instance has {torch.neuron.device_count()} "
-            f"(TORCH_NEURONX_INSTANCE_TYPE / NEURON_LOGICAL_NC_CONFIG); e.g. TP=8 at LNC=2 needs trn2.48xlarge"
+            f"visible (set by TORCH_NEURONX_INSTANCE_TYPE, NEURON_LOGICAL_NC_CONFIG, NEURON_RT_VISIBLE_CORES and "
+            f"NEURON_RT_NUM_CORES); e.g. unset NEURON_RT_NUM_CORES or set NEURON_RT_NUM_CORES={world}, and for TP=8 "
+            f"at LNC=2 use TORCH_NEURONX_INSTANCE_TYPE=trn2.48xlarge"
         )
     dist.init_process_group("neuron")
     rank = dist.get_rank()

@@ -102,8 +102,15 @@ def _print(rank0: bool, *a):
         print(*a, flush=True)
 
 
+class _Parser(argparse.ArgumentParser):
+    def _print_message(self, message, file=None):
+        # argparse prints usage, help and errors here: once under torchrun, not once per rank
+        if int(os.environ.get("RANK", "0")) == 0:
+            super()._print_message(message, file)
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = _Parser(description=__doc__.split("\n\n")[0])
     src = p.add_mutually_exclusive_group()
     src.add_argument("--model", help="local checkpoint directory")
     src.add_argument("--make-tiny", metavar="DIR", help="write a tiny Llama checkpoint + tokenizer to DIR and use it")

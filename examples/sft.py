@@ -55,6 +55,10 @@ def build_trainer(example_args, training_args, model_args):
 
     world = _check_world_size(example_args)
     model_path = model_args.model_name_or_path or build_base_checkpoint(example_args.base_model_dir)
+    if os.path.isdir(model_path):
+        # PEFT records this path in adapter_config.json as the base model: a relative one would
+        # make the adapter load only from this working directory (elsewhere it is taken for a Hub id)
+        model_path = os.path.abspath(model_path)
 
     model_init_kwargs = dict(training_args.model_init_kwargs or {})
     model_init_kwargs.setdefault("dtype", model_args.dtype or torch.float32)
@@ -78,7 +82,13 @@ def build_trainer(example_args, training_args, model_args):
 def main():
     from trl import ModelConfig, SFTConfig, TrlParser
 
-    parser = TrlParser((ExampleArguments, SFTConfig, ModelConfig))
+    class Parser(TrlParser):
+        def _print_message(self, message, file=None):
+            # argparse prints usage, help and errors here: once under torchrun, not once per rank
+            if int(os.environ.get("RANK", "0")) == 0:
+                super()._print_message(message, file)
+
+    parser = Parser((ExampleArguments, SFTConfig, ModelConfig))
     # defaults for the tiny model and corpus; activation checkpointing (on by default in TRL)
     # only costs time at this size (--activation_checkpointing true works, compiled too)
     parser.set_defaults(packing=True, packing_strategy="wrapped", max_length=128, per_device_train_batch_size=8,

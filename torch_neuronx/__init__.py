@@ -33,6 +33,7 @@ __all__ = [
     "get_fallback_ops",
     "is_neuron_runtime_initialized",
     "nki_op",
+    "readiness",
     "wrap_nki",
 ]
 
@@ -44,6 +45,10 @@ def __getattr__(name):
         from .nki import _torch_op
 
         return getattr(_torch_op, name)
+    if name == "readiness":
+        import importlib
+
+        return importlib.import_module(".readiness", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 _autoload()

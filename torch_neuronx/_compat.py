@@ -1,14 +1,36 @@
 """PyTorch tables keyed by device type that need an entry for `neuron`.
 
 Unknown devices get defaults tuned for GPUs; since the simulator executes with
-CPU kernels, CPU's choices are the ones that keep results equal to CPU.
+CPU kernels, CPU's choices are the ones that keep results equal to CPU. Also the
+hooks (PyTorch's and the Hugging Face libraries') that keep CUDA-only paths from
+failing obscurely or warning about things that do not apply to neuron.
 """
 import torch
+
+
+def _on_module_registration(module, name, submodule):
+    # DataParallel assigns `self.module` in its constructor: the moment torch lets us see it
+    # without replacing anything. On neuron its forward always fails (even for one device it
+    # scatters the inputs), so refuse it here with the way out.
+    if (name == "module" and isinstance(module, torch.nn.DataParallel)
+            and torch._utils._get_available_device_type() == "neuron"):
+        raise RuntimeError(
+            "nn.DataParallel is not supported on neuron devices: it scatters, replicates and gathers through "
+            "torch._C._scatter / _broadcast_coalesced / _gather, which exist only in CUDA builds of torch. "
+            "Use DistributedDataParallel, one process per NeuronCore: launch with torchrun --nproc_per_node=N, "
+            "call dist.init_process_group('neuron') and wrap DistributedDataParallel(model.to(f'neuron:{local_rank}'), "
+            "device_ids=[local_rank]). For one core, run the module directly: model.to('neuron')."
+        )
 
 
 def apply() -> None:
     from torch import _tensor_str
     from torch.nn.modules import linear_cross_entropy_options as lce
+
+    from . import _hf
+
+    _hf.install()
+    torch.nn.modules.module.register_module_module_registration_hook(_on_module_registration)
 
     # Printing formats on the host, as a user expects from a device: keeps the
     # formatter's float64 statistics from counting as device fallbacks.

@@ -42,6 +42,11 @@ class Chip:
     vector_hz: float | None
     scalar_hz: float | None
     gpsimd_hz: float | None
+    # Vector Engine data-path width (elements/cycle over all 128 lanes) for 32-bit data,
+    # and with BF16/FP16 input and output ("Compute Engine Specifications" tables of the
+    # Trainium2/Trainium3 Architecture Guides for NKI); None where unpublished.
+    vector_width_fp32: int | None
+    vector_width_16bit: int | None
     sbuf_bytes: int  # per core: partitions x bytes per partition
     psum_bytes: int  # per core
     psum_banks: int
@@ -83,6 +88,7 @@ CHIPS = MappingProxyType(
             tensor_flops=_flops(bfloat16=95.0, float16=95.0, tf32=95.0, float32=23.75),
             vector_flops=None, scalar_flops=None,
             tensor_hz=None, vector_hz=None, scalar_hz=None, gpsimd_hz=None,
+            vector_width_fp32=None, vector_width_16bit=None,
             sbuf_bytes=24 * MiB, psum_bytes=2 * MiB, psum_banks=8, partitions=128,
             gemm_stationary_fmax=128, gemm_moving_fmax=512, psum_out_dtypes=("float32",),
             dma_engines=16, dma_bytes_per_s_per_engine=None, dma_fixed_s=None,
@@ -97,6 +103,7 @@ CHIPS = MappingProxyType(
             tensor_flops=_flops(bfloat16=79.0, float16=79.0, tf32=79.0, float8=158.0, float32=20.0),
             vector_flops=1.0e12, scalar_flops=1.2e12,
             tensor_hz=2.4e9, vector_hz=0.96e9, scalar_hz=1.2e9, gpsimd_hz=1.2e9,
+            vector_width_fp32=256, vector_width_16bit=512,
             sbuf_bytes=28 * MiB, psum_bytes=2 * MiB, psum_banks=8, partitions=128,
             gemm_stationary_fmax=128, gemm_moving_fmax=512, psum_out_dtypes=("float32",),
             dma_engines=16, dma_bytes_per_s_per_engine=23e9, dma_fixed_s=1.3e-6,
@@ -111,6 +118,7 @@ CHIPS = MappingProxyType(
             tensor_flops=_flops(bfloat16=79.0, float16=79.0, tf32=79.0, float8=315.0, float32=20.0),
             vector_flops=1.2e12, scalar_flops=1.2e12,
             tensor_hz=2.4e9, vector_hz=1.2e9, scalar_hz=1.2e9, gpsimd_hz=1.2e9,
+            vector_width_fp32=256, vector_width_16bit=512,
             sbuf_bytes=32 * MiB, psum_bytes=2 * MiB, psum_banks=8, partitions=128,
             gemm_stationary_fmax=128, gemm_moving_fmax=512, psum_out_dtypes=("float32", "bfloat16"),
             dma_engines=16, dma_bytes_per_s_per_engine=33e9, dma_fixed_s=1.3e-6,
@@ -176,3 +184,16 @@ def chip(name: str | None = None) -> Chip:
     if name is None:
         return instance().spec
     raise ValueError(f"unknown Trainium chip '{name}'; choose one of {', '.join(CHIPS)}")
+
+
+# Figures of the readiness time model that are not per chip.
+#
+# Collective latency: AWS's nccom-test examples (older hardware, marked "not up to date")
+# show tens of microseconds for a 1 KiB all-reduce on 2 ranks and a ~300 us floor on 16
+# ranks. A ring all-reduce takes 2 (n - 1) steps, so 10 us per ring step matches both:
+# 20 us at n = 2 and 300 us at n = 16.
+COLLECTIVE_STEP_LATENCY_S = 10e-6
+# Tensor Engine throttling (Trainium2 Architecture Guide for NKI): after an idle gap the
+# engine starts at about 50% and ramps to full speed over about 3 us.
+TENSOR_ENGINE_RAMP_S = 3e-6
+TENSOR_ENGINE_RAMP_START = 0.5

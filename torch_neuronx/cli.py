@@ -4,6 +4,8 @@ Subcommands::
 
     torch-neuronx ls [--json]        same as ``neuron-ls``
     torch-neuronx demo [options]     train a tiny Llama on the neuron device (see ``demo --help``)
+    torch-neuronx check [options] -- python train.py [args]
+                                     will the script run natively on Trainium, fit, how fast
     torch-neuronx --version
 """
 from __future__ import annotations
@@ -11,13 +13,15 @@ from __future__ import annotations
 import sys
 
 USAGE = """\
-usage: torch-neuronx [-h] [--version] {ls,demo} ...
+usage: torch-neuronx [-h] [--version] {ls,demo,check} ...
 
 AWS Trainium as the PyTorch device `neuron` (NeuronCore simulator when no hardware).
 
 subcommands:
   ls      list Neuron devices and NeuronCores (same as `neuron-ls`; --json for JSON)
   demo    train a tiny Llama-style language model on `neuron` and generate text
+  check   run a script (`check -- python train.py` or `check -- torchrun ...`) on the simulator
+          and report whether it runs natively on Trainium, fits in HBM, and its estimated speed
 
 Run `torch-neuronx <subcommand> --help` for the options of a subcommand.
 """
@@ -41,13 +45,17 @@ def main(argv: list[str] | None = None) -> int:
     if cmd == "ls":
         from .tools import neuron_ls
 
-        return neuron_ls.main(rest)
+        return neuron_ls.main(rest, prog="torch-neuronx ls")
     if cmd == "demo":
         from . import demo
 
         return demo.main(rest)
+    if cmd == "check":
+        from .readiness import _cli
+
+        return _cli.main(rest)
     print(USAGE, end="", file=sys.stderr)
-    print(f"torch-neuronx: error: unknown subcommand {cmd!r} (choose from 'ls', 'demo')", file=sys.stderr)
+    print(f"torch-neuronx: error: unknown subcommand {cmd!r} (choose from 'ls', 'demo', 'check')", file=sys.stderr)
     return 2
 
 

@@ -21,6 +21,7 @@ from .device import (
     set_device,
     synchronize,
 )
+from . import amp
 from ..profiler._graphs import _compiled_graph
 from .memory import (
     empty_cache,

@@ -86,6 +86,7 @@ def _fmt(n: int) -> str:
 
 def memory_summary(device=None, abbreviated: bool = False) -> str:
     """A printable table of the device's memory statistics."""
+    _INNER = 79  # between a row's outer bars: 22-wide name, four 11-wide columns ("1023.00 MiB")
     idx = _checked(device)
     s = memory_stats(idx)
     _, capacity = mem_get_info(idx)
@@ -94,19 +95,19 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
         return (name,) + tuple(s[f"{key}.all.{f}"] for f in ("current", "peak", "allocated", "freed"))
 
     lines = [
-        f"|{'=' * 75}|",
-        f"| {'Neuron memory summary, device neuron:' + str(idx):<74}|",
-        f"| {'HBM capacity: ' + _fmt(capacity) + '   OOMs: ' + str(s['num_ooms']):<74}|",
-        f"|{'-' * 75}|",
-        f"| {'Metric':<22}| {'Cur Usage':>11} | {'Peak Usage':>11} | {'Tot Alloc':>10} | {'Tot Freed':>10} |",
-        f"|{'-' * 75}|",
+        f"|{'=' * _INNER}|",
+        f"| {'Neuron memory summary, device neuron:' + str(idx):<{_INNER - 1}}|",
+        f"| {'HBM capacity: ' + _fmt(capacity) + '   OOMs: ' + str(s['num_ooms']):<{_INNER - 1}}|",
+        f"|{'-' * _INNER}|",
+        f"| {'Metric':<22}| {'Cur Usage':>11} | {'Peak Usage':>11} | {'Tot Alloc':>11} | {'Tot Freed':>11} |",
+        f"|{'-' * _INNER}|",
     ]
     for name, cur, peak, tot, freed in (row("Allocated memory", "allocated_bytes"),
                                         row("Reserved memory", "reserved_bytes")):
-        lines.append(f"| {name:<22}| {_fmt(cur):>11} | {_fmt(peak):>11} | {_fmt(tot):>10} | {_fmt(freed):>10} |")
+        lines.append(f"| {name:<22}| {_fmt(cur):>11} | {_fmt(peak):>11} | {_fmt(tot):>11} | {_fmt(freed):>11} |")
     _, cur, peak, tot, freed = row("", "allocation")
-    lines.append(f"| {'Tensor allocations':<22}| {cur:>11} | {peak:>11} | {tot:>10} | {freed:>10} |")
-    lines.append(f"|{'=' * 75}|")
+    lines.append(f"| {'Tensor allocations':<22}| {cur:>11} | {peak:>11} | {tot:>11} | {freed:>11} |")
+    lines.append(f"|{'=' * _INNER}|")
     return "\n".join(lines) + "\n"
 
 

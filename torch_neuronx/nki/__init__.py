@@ -7,14 +7,15 @@ host (NumPy), enforce the NeuronCore hardware rules, and report an estimated Tra
 device time from a per-engine cost model.
 
 Submodules load lazily so that ``import torch`` (which installs the ``nki`` name
-alias) stays cheap.
+alias) stays cheap. The simulator itself needs only NumPy: ``import nki`` works in an
+interpreter that never imports torch (torch is used only for torch tensor arguments).
 """
 
 import importlib
 
 _EXPORTS = {
     "jit": "._jit", "simulate": "._jit", "simulate_kernel": "._jit", "benchmark": "._jit",
-    "Kernel": "._jit",
+    "baremetal": "._jit", "Kernel": "._jit", "tensor": ".typing",
     "CostReport": "._cost_model",
     "estimate_torch": "._torch_cost", "compare": "._torch_cost",
     "Hardware": "._rules", "HARDWARE": "._rules", "TRN2": "._rules", "TRN3": "._rules",
@@ -22,9 +23,10 @@ _EXPORTS = {
     "NKIError": "._errors", "NKIPartitionError": "._errors", "NKITileSizeError": "._errors",
     "NKIMemoryError": "._errors", "NKIBufferError": "._errors", "NKIDtypeError": "._errors",
     "NKIShapeError": "._errors", "NKIIndexError": "._errors", "NKIContextError": "._errors",
+    "NKIUninitializedError": "._errors",
     "wrap_nki": "._torch_op", "nki_op": "._torch_op", "NKIKernelCaller": "._torch_op",
 }
-_SUBMODULES = ("language", "isa", "kernels")
+_SUBMODULES = ("language", "isa", "kernels", "typing", "compiler")
 
 __all__ = sorted(list(_EXPORTS) + list(_SUBMODULES))
 

@@ -1,4 +1,4 @@
-"""NKI data types and exact rounding on host.
+"""NKI data types and exact rounding on host (NumPy only: no torch import).
 
 Floating tiles are stored as float32 NumPy arrays holding values already rounded
 to the tile's dtype (bf16/fp16/tf32/fp8 are exact subsets of float32), which is
@@ -6,46 +6,54 @@ what the engines do: they compute in fp32 internally and round on write.
 """
 
 import numpy as np
-import torch
 
 
 class dtype:
     """An NKI element type (``nl.float32``, ``nl.bfloat16``, ...)."""
 
-    def __init__(self, name, itemsize, kind, torch_dtype, np_storage):
+    def __init__(self, name, itemsize, kind, torch_name, np_storage, fmt=None):
         self.name = name
         self.itemsize = itemsize
         self.kind = kind  # "f" float, "i" signed int, "u" unsigned int, "b" bool
-        self.torch_dtype = torch_dtype
+        self.torch_name = torch_name  # attribute of the torch module, resolved lazily
         self.np_storage = np_storage
+        self.fmt = fmt  # (mantissa bits, min normal exponent, max finite, has inf)
 
     @property
     def is_float(self):
         return self.kind == "f"
 
+    @property
+    def torch_dtype(self):
+        import torch
+        return getattr(torch, self.torch_name)
+
     def __repr__(self):
         return f"nl.{self.name}"
 
 
-float32 = dtype("float32", 4, "f", torch.float32, np.float32)
-tfloat32 = dtype("tfloat32", 4, "f", torch.float32, np.float32)
-bfloat16 = dtype("bfloat16", 2, "f", torch.bfloat16, np.float32)
-float16 = dtype("float16", 2, "f", torch.float16, np.float32)
-float8_e4m3 = dtype("float8_e4m3", 1, "f", torch.float8_e4m3fn, np.float32)
-float8_e5m2 = dtype("float8_e5m2", 1, "f", torch.float8_e5m2, np.float32)
-int32 = dtype("int32", 4, "i", torch.int32, np.int32)
-int16 = dtype("int16", 2, "i", torch.int16, np.int16)
-int8 = dtype("int8", 1, "i", torch.int8, np.int8)
-uint32 = dtype("uint32", 4, "u", torch.uint32, np.uint32)
-uint16 = dtype("uint16", 2, "u", torch.uint16, np.uint16)
-uint8 = dtype("uint8", 1, "u", torch.uint8, np.uint8)
-bool_ = dtype("bool_", 1, "b", torch.bool, np.bool_)
+float32 = dtype("float32", 4, "f", "float32", np.float32)
+tfloat32 = dtype("tfloat32", 4, "f", "float32", np.float32, (10, -126, 3.4028235e38, True))
+bfloat16 = dtype("bfloat16", 2, "f", "bfloat16", np.float32, (7, -126, 3.3895314e38, True))
+float16 = dtype("float16", 2, "f", "float16", np.float32, (10, -14, 65504.0, True))
+# OCP FP8: E4M3 without infinities (max 448; overflow saturates, as torch's cast does),
+# E5M2 IEEE-like (max 57344; overflow is inf)
+float8_e4m3 = dtype("float8_e4m3", 1, "f", "float8_e4m3fn", np.float32, (3, -6, 448.0, False))
+float8_e5m2 = dtype("float8_e5m2", 1, "f", "float8_e5m2", np.float32, (2, -14, 57344.0, True))
+int32 = dtype("int32", 4, "i", "int32", np.int32)
+int16 = dtype("int16", 2, "i", "int16", np.int16)
+int8 = dtype("int8", 1, "i", "int8", np.int8)
+uint32 = dtype("uint32", 4, "u", "uint32", np.uint32)
+uint16 = dtype("uint16", 2, "u", "uint16", np.uint16)
+uint8 = dtype("uint8", 1, "u", "uint8", np.uint8)
+bool_ = dtype("bool_", 1, "b", "bool", np.bool_)
 
 ALL = [float32, tfloat32, bfloat16, float16, float8_e4m3, float8_e5m2,
        int32, int16, int8, uint32, uint16, uint8, bool_]
 _BY_NAME = {d.name: d for d in ALL}
 _BY_NAME.update({"bool": bool_, "float": float32, "half": float16})
-_FROM_TORCH = {d.torch_dtype: d for d in ALL if d is not tfloat32}
+_FROM_TORCH = {d.torch_name: d for d in ALL if d is not tfloat32}
+_FROM_TORCH.update({"float64": float32, "int64": int32})
 _FROM_NUMPY = {np.dtype(np.float32): float32, np.dtype(np.float64): float32,
                np.dtype(np.float16): float16, np.dtype(np.int32): int32,
                np.dtype(np.int64): int32, np.dtype(np.int16): int16, np.dtype(np.int8): int8,
@@ -57,14 +65,11 @@ def as_dtype(d):
     """Accept an NKI dtype, a torch dtype, a NumPy dtype or a name."""
     if d is None or isinstance(d, dtype):
         return d
-    if isinstance(d, torch.dtype):
-        if d in _FROM_TORCH:
-            return _FROM_TORCH[d]
-        if d == torch.float64:
-            return float32
-        if d == torch.int64:
-            return int32
-        raise TypeError(f"NKI has no dtype matching torch.{d}")
+    if type(d).__module__ == "torch" and type(d).__name__ == "dtype":
+        name = str(d).partition(".")[2]
+        if name in _FROM_TORCH:
+            return _FROM_TORCH[name]
+        raise TypeError(f"NKI has no dtype matching {d}")
     if isinstance(d, str) and d in _BY_NAME:
         return _BY_NAME[d]
     try:
@@ -73,11 +78,17 @@ def as_dtype(d):
         raise TypeError(f"NKI has no dtype matching {d!r}") from None
 
 
-def _round_tf32(a):
-    bits = a.astype(np.float32).view(np.uint32)
-    # round-to-nearest-even on the 13 dropped mantissa bits
-    bias = ((bits >> 13) & 1) + 0x0FFF
-    return ((bits + bias) & 0xFFFFE000).astype(np.uint32).view(np.float32)
+def _round_float(a, mbits, emin, max_finite, has_inf):
+    """Round float32 values to a binary float format, nearest-even, with subnormals."""
+    a = np.asarray(a, np.float32).astype(np.float64)
+    with np.errstate(all="ignore"):
+        _, e = np.frexp(a)  # a = m * 2**e, 0.5 <= |m| < 1
+        q = np.ldexp(1.0, np.maximum(e - 1, emin) - mbits)  # spacing at |a|
+        r = np.round(a / q) * q  # np.round rounds half to even
+        over = np.abs(r) > max_finite
+        r = np.where(over, np.copysign(np.inf if has_inf else max_finite, a), r)
+        r = np.where(np.isfinite(a), r, a)
+    return r.astype(np.float32)
 
 
 def round_to(a, d):
@@ -87,17 +98,14 @@ def round_to(a, d):
         a = a.astype(np.float32, copy=False)
         if d is float32:
             return a
-        if d is tfloat32:
-            return _round_tf32(a)
-        a = np.ascontiguousarray(a)
-        if not a.flags.writeable:
-            a = a.copy()
-        t = torch.from_numpy(a).to(d.torch_dtype).to(torch.float32)
-        return t.numpy()
+        if d is float16:
+            with np.errstate(all="ignore"):
+                return a.astype(np.float16).astype(np.float32)
+        return _round_float(a, *d.fmt)
     if d.kind == "b":
         return a.astype(np.bool_)
     if a.dtype.kind == "f":
-        a = np.trunc(a)
+        a = np.nan_to_num(np.trunc(a))
     info = np.iinfo(d.np_storage)
     return np.clip(a, info.min, info.max).astype(d.np_storage)
 

@@ -37,6 +37,10 @@ class NKIIndexError(NKIError, IndexError):
     """A tensor access reads or writes outside the tensor."""
 
 
+class NKIUninitializedError(NKIError, RuntimeError):
+    """An instruction read tensor elements that nothing has written yet."""
+
+
 class NKIContextError(NKIError, RuntimeError):
     """A kernel-only API was used outside a running ``@nki.jit`` kernel."""
 

@@ -2,7 +2,12 @@
 
 import functools
 
-from ._simulator import current_run, run_kernel
+from ._context import current_run
+from ._simulator import run_kernel
+
+
+def _grid_size(g):
+    return int(g)  # ints, and nl.spmd_dim / nl.nc objects (which define __int__)
 
 
 class Kernel:
@@ -23,7 +28,8 @@ class Kernel:
 
     def __getitem__(self, grid):
         grid = grid if isinstance(grid, tuple) else (grid,)
-        k = Kernel(self.fn, grid, self.platform_target, **self.options)
+        k = Kernel(self.fn, tuple(_grid_size(g) for g in grid), self.platform_target,
+                   **self.options)
         k._parent = self
         return k
 
@@ -54,12 +60,18 @@ class Kernel:
 
 
 def jit(fn=None, *, platform_target=None, mode=None, **options):
-    """Decorate an NKI kernel. ``platform_target`` is ``"trn2"`` (default) or ``"trn3"``."""
+    """Decorate an NKI kernel. ``platform_target`` is ``"trn2"`` or ``"trn3"`` (default:
+    the chip of ``TORCH_NEURONX_INSTANCE_TYPE``, trn2 when unset)."""
     if fn is None:
         return lambda f: jit(f, platform_target=platform_target, mode=mode, **options)
     if isinstance(fn, Kernel):
         return fn
     return Kernel(fn, platform_target=platform_target, **options)
+
+
+def baremetal(fn=None, **options):
+    """``nki.baremetal``: run a kernel on NumPy arrays (here: the simulator, as :func:`jit`)."""
+    return jit(fn, **options)
 
 
 def simulate(kernel, report=False, platform_target=None):
@@ -72,7 +84,10 @@ def simulate(kernel, report=False, platform_target=None):
     return runner
 
 
-simulate_kernel = simulate
+def simulate_kernel(kernel, *args, **kwargs):
+    """``nki.simulate_kernel(kernel, *args)``: run the kernel on host, return its outputs."""
+    k = kernel if isinstance(kernel, Kernel) else Kernel(kernel)
+    return k.simulate(*args, **kwargs)[0]
 
 
 class _Latency:
@@ -90,11 +105,34 @@ class _BenchmarkResult:
         self.nc_latency = _Latency(report.total_time_s)
 
 
-def benchmark(kernel=None, *, platform_target=None, **kwargs):
+def benchmark(kernel=None, *, warmup=None, iters=None, save_neff_name=None,
+              save_trace_name=None, platform_target=None, **options):
     """Like ``nki.benchmark``: calling the result runs the kernel once in the simulator and
-    sets ``.benchmark_result.nc_latency.get_latency_percentile(50)`` (estimated us)."""
+    sets ``.benchmark_result.nc_latency.get_latency_percentile(50)`` (estimated us).
+
+    ``save_trace_name`` writes the simulated engine timeline as a Chrome trace (JSON,
+    open in ``chrome://tracing`` or Perfetto) whatever the file's extension. There is no
+    compiler here, so ``save_neff_name`` is rejected. ``warmup``/``iters`` are accepted:
+    the estimate is deterministic, so one run gives every percentile.
+    """
+    if save_neff_name is not None:
+        raise NotImplementedError(
+            "nki.benchmark(save_neff_name=...): the simulator does not compile kernels, so "
+            "there is no NEFF to save; drop save_neff_name (save_trace_name writes the "
+            "simulated timeline)")
+    for name, v in (("warmup", warmup), ("iters", iters)):
+        if v is not None and (not isinstance(v, int) or v < 0):
+            raise ValueError(f"nki.benchmark: {name} must be a non-negative int, got {v!r}")
+    unknown = sorted(set(options) - {"additional_compile_opt", "device_count"})
+    if unknown:
+        raise TypeError(f"nki.benchmark() got unexpected keyword argument(s) {unknown}")
+    if options.get("additional_compile_opt"):
+        raise NotImplementedError("nki.benchmark(additional_compile_opt=...): there is no "
+                                  "compiler in the simulator to pass options to")
     if kernel is None:
-        return lambda k: benchmark(k, platform_target=platform_target)
+        return lambda k: benchmark(k, warmup=warmup, iters=iters,
+                                   save_trace_name=save_trace_name,
+                                   platform_target=platform_target, **options)
     k = kernel if isinstance(kernel, Kernel) else Kernel(kernel)
 
     class _Bench:
@@ -103,8 +141,11 @@ def benchmark(kernel=None, *, platform_target=None, **kwargs):
         def __call__(self, *args, **kw):
             out, rep = k.simulate(*args, platform_target=platform_target, **kw)
             self.benchmark_result = _BenchmarkResult(rep)
+            if save_trace_name is not None:
+                rep.save_chrome_trace(save_trace_name)
             return out
 
         def __getitem__(self, grid):
-            return benchmark(k[grid], platform_target=platform_target)
+            return benchmark(k[grid], warmup=warmup, iters=iters,
+                             save_trace_name=save_trace_name, platform_target=platform_target)
     return _Bench()

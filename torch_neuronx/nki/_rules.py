@@ -1,25 +1,23 @@
 """NeuronCore hardware limits and the checks that enforce them.
 
-Figures (one physical NeuronCore; an NKI kernel's instruction stream runs on one):
-- 128 SBUF/PSUM partitions; PSUM 16 KiB per partition in 8 banks of 2 KiB, so a PSUM
-  tile holds at most 512 fp32 per partition (nki.language.tile_size: pmax,
-  psum_fmax, psum_num_banks).
-- Matmul: stationary free size <= 128, moving free size <= 512, contraction
-  (partition) <= 128; inputs fp8/bf16/fp16/tf32/fp32, accumulation and PSUM output
-  fp32 (nki.isa.nc_matmul docs; NeuronCore-v4 can also write bf16).
-- SBUF: 28 MiB on NeuronCore-v3 (trn2), 32 MiB on NeuronCore-v4 (trn3)
-  ("Trainium3 Architecture Guide for NKI": "SBUF capacity is 32MiB (up from 28 MiB
-  in NeuronCore-v3), while the PSUM capacity remains the same"); PSUM 2 MiB.
+Every figure comes from the one hardware table, ``torch_neuronx._hardware`` (sources
+cited there): partitions, SBUF/PSUM sizes and banks, matmul tile limits, PSUM output
+dtypes, engine clocks, Tensor Engine FLOP/s and HBM/DMA bandwidth. :class:`Hardware`
+is the per-physical-NeuronCore view an NKI kernel sees (one instruction stream runs
+on one physical core).
 """
 
+import os
 from dataclasses import dataclass
 
 from . import _dtypes as dt
 from ._errors import (NKIBufferError, NKIDtypeError, NKIPartitionError, NKIShapeError,
                       NKITileSizeError, _fail)
+from ._hwtable import hardware_table
 
-KiB = 1024
-MiB = 1024 * KiB
+# Chips the NKI simulator models (NeuronCore-v3 and v4). trn1 (NeuronCore-v2) differs
+# in SBUF size, engine clocks and instruction set, none of which is simulated.
+NKI_CHIPS = ("trn2", "trn3")
 
 
 @dataclass(frozen=True)
@@ -35,12 +33,26 @@ class Hardware:
     gemm_stationary_fmax: int
     gemm_moving_fmax: int
     psum_out_dtypes: tuple
-    # --- cost model figures (see _cost_model.py for sources) ---
-    tensor_bf16_flops: float  # dense BF16/FP16/TF32 FLOP/s of one core's Tensor Engine
-    tensor_fp32_flops: float  # dense FP32 FLOP/s of one core's Tensor Engine
-    hbm_bytes_per_s: float  # per-core share of chip HBM bandwidth
-    engine_hz: float  # Vector/Scalar/GpSimd instruction clock (assumption, see cost model)
-    cores_per_chip: int = 8
+    tensor_flops: dict  # dense FLOP/s of one core's Tensor Engine by input dtype name
+    hbm_bytes_per_s: float  # per-core share of the chip's HBM bandwidth
+    tensor_hz: float
+    vector_hz: float
+    scalar_hz: float
+    gpsimd_hz: float
+    vector_width_fp32: int  # Vector Engine elements/cycle (all lanes), 32-bit data
+    vector_width_16bit: int  # ... with BF16/FP16 input and output
+    dma_engines: int
+    dma_bytes_per_s: float  # all DMA engines of one core together
+    dma_fixed_s: float  # fixed cost of one DMA transfer
+    cores_per_chip: int
+
+    @property
+    def tensor_bf16_flops(self):
+        return self.tensor_flops["bfloat16"]
+
+    @property
+    def tensor_fp32_flops(self):
+        return self.tensor_flops["float32"]
 
     @property
     def sbuf_partition_bytes(self):
@@ -58,36 +70,61 @@ class Hardware:
     def psum_fmax(self):
         return self.psum_bank_bytes // 4
 
+    def engine_hz(self, engine):
+        """Clock of a compute engine ("Tensor", "Vector", "Scalar", "GpSimd")."""
+        return {"Tensor": self.tensor_hz, "Vector": self.vector_hz, "Scalar": self.scalar_hz,
+                "GpSimd": self.gpsimd_hz}[engine]
 
-# Trainium2 chip: 8 NeuronCore-v3, 667 dense BF16 TFLOPS, 181 FP32 TFLOPS, HBM 2.9 TB/s
-# ("Trainium2 Architecture" and "Trainium2 Architecture Guide for NKI", AWS Neuron docs).
-TRN2 = Hardware(
-    name="trn2", nc_version="v3", pmax=128, sbuf_bytes=28 * MiB, psum_bytes=2 * MiB,
-    psum_num_banks=8, gemm_stationary_fmax=128, gemm_moving_fmax=512,
-    psum_out_dtypes=(dt.float32,),
-    tensor_bf16_flops=667e12 / 8, tensor_fp32_flops=181e12 / 8,
-    hbm_bytes_per_s=2.9e12 / 8, engine_hz=1.4e9,
-)
-# Trainium3 chip: 8 NeuronCore-v4, 671 dense BF16 TFLOPS, 183 FP32 TFLOPS, HBM 4.9 TB/s
-# ("Trainium3 Architecture", AWS Neuron docs; the NKI trn3 guide quotes 4.7 TB/s).
-TRN3 = Hardware(
-    name="trn3", nc_version="v4", pmax=128, sbuf_bytes=32 * MiB, psum_bytes=2 * MiB,
-    psum_num_banks=8, gemm_stationary_fmax=128, gemm_moving_fmax=512,
-    psum_out_dtypes=(dt.float32, dt.bfloat16),
-    tensor_bf16_flops=671e12 / 8, tensor_fp32_flops=183e12 / 8,
-    hbm_bytes_per_s=4.9e12 / 8, engine_hz=1.4e9,
-)
+
+def _from_chip(c):
+    missing = [f for f in ("tensor_hz", "vector_hz", "scalar_hz", "gpsimd_hz",
+                           "vector_width_fp32", "dma_bytes_per_s_per_engine", "dma_fixed_s")
+               if getattr(c, f, None) is None]
+    if missing:
+        raise NotImplementedError(f"the hardware table has no {', '.join(missing)} for "
+                                  f"{c.name}; the NKI simulator cannot model it")
+    return Hardware(
+        name=c.name, nc_version=c.nc_version, pmax=c.partitions, sbuf_bytes=c.sbuf_bytes,
+        psum_bytes=c.psum_bytes, psum_num_banks=c.psum_banks,
+        gemm_stationary_fmax=c.gemm_stationary_fmax, gemm_moving_fmax=c.gemm_moving_fmax,
+        psum_out_dtypes=tuple(dt.as_dtype(n) for n in c.psum_out_dtypes),
+        tensor_flops=dict(c.tensor_flops), hbm_bytes_per_s=c.hbm_bytes_per_s / c.physical_cores,
+        tensor_hz=c.tensor_hz, vector_hz=c.vector_hz, scalar_hz=c.scalar_hz,
+        gpsimd_hz=c.gpsimd_hz, vector_width_fp32=c.vector_width_fp32,
+        vector_width_16bit=c.vector_width_16bit, dma_engines=c.dma_engines,
+        dma_bytes_per_s=c.dma_bytes_per_s_per_engine * c.dma_engines,
+        dma_fixed_s=c.dma_fixed_s, cores_per_chip=c.physical_cores)
+
+
+_HW = hardware_table()
+TRN2 = _from_chip(_HW.CHIPS["trn2"])
+TRN3 = _from_chip(_HW.CHIPS["trn3"])
 HARDWARE = {"trn2": TRN2, "trn3": TRN3}
 
 
-def get_hardware(target):
-    """Resolve ``"trn2"`` / ``"trn3"`` / a :class:`Hardware` to a :class:`Hardware`."""
+def get_hardware(target=None):
+    """Resolve ``"trn2"`` / ``"trn3"`` / a :class:`Hardware` to a :class:`Hardware`.
+
+    ``None`` follows ``TORCH_NEURONX_INSTANCE_TYPE`` (default trn2.3xlarge).
+    """
     if isinstance(target, Hardware):
         return target
     if target is None:
-        return TRN2
+        name = _HW.chip().name
+        if name not in HARDWARE:
+            raise NotImplementedError(
+                f"TORCH_NEURONX_INSTANCE_TYPE={os.environ.get('TORCH_NEURONX_INSTANCE_TYPE')!r} "
+                f"selects a {name} chip (NeuronCore-{_HW.CHIPS[name].nc_version}); the NKI "
+                f"simulator models {' and '.join(NKI_CHIPS)} only: choose a trn2 or trn3 "
+                f"instance type, or pass platform_target='trn2'")
+        return HARDWARE[name]
+    key = str(target).lower()
+    if key in _HW.CHIPS and key not in HARDWARE:
+        raise NotImplementedError(
+            f"platform_target {target!r} (NeuronCore-{_HW.CHIPS[key].nc_version}) is not "
+            f"simulated; the NKI simulator models {' and '.join(NKI_CHIPS)} only")
     try:
-        return HARDWARE[str(target).lower()]
+        return HARDWARE[key]
     except KeyError:
         raise ValueError(f"unknown platform_target {target!r}; expected one of "
                          f"{sorted(HARDWARE)}") from None

@@ -1,15 +1,18 @@
-"""Tensors of the simulated NeuronCore: HBM tensors and SBUF/PSUM tiles.
+"""Storage and views of the simulated NeuronCore memories (HBM, SBUF, PSUM).
 
-An :class:`NkiTensor` is a view (basic slicing, or NKI advanced indexing with
+A :class:`TensorView` is a view (basic slicing, or NKI advanced indexing with
 ``nl.arange`` / ``nl.mgrid`` index arrays) of a storage that lives in one buffer.
 Accesses are bounds-checked when an instruction reads or writes them, so the error
-names that instruction and operand.
+names that instruction and operand. On-chip memory and ``nl.ndarray`` outputs start
+uninitialised (NaN-filled, and tracked): reading an element no instruction wrote
+raises :class:`NKIUninitializedError` instead of silently returning a value.
+The arithmetic operators live on the ``NkiTensor`` subclass in ``_ops``.
 """
 
 import numpy as np
 
 from . import _dtypes as dt
-from ._errors import NKIBufferError, NKIIndexError, NKIShapeError, _fail
+from ._errors import NKIIndexError, NKIShapeError, NKIUninitializedError, _fail
 
 BUFFERS = ("hbm", "shared_hbm", "private_hbm", "sbuf", "psum")
 ON_CHIP = ("sbuf", "psum")
@@ -20,10 +23,11 @@ class par_dim(int):
 
 
 class _Storage:
-    __slots__ = ("data", "buffer", "dtype", "name", "pdim", "written", "__weakref__")
+    __slots__ = ("data", "init", "buffer", "dtype", "name", "pdim", "written", "__weakref__")
 
-    def __init__(self, data, buffer, dtype, name, pdim):
+    def __init__(self, data, buffer, dtype, name, pdim, init=None):
         self.data = data
+        self.init = init  # bool array: element written yet (None: all initialised)
         self.buffer = buffer
         self.dtype = dtype
         self.name = name
@@ -41,14 +45,24 @@ def _desc(k):
     return str(k)
 
 
-class NkiTensor:
+def align(values, shape):
+    """Broadcast ``values`` to ``shape`` the NKI way: tiles align at the partition axis
+    (axis 0), so a [P] vector acts as [P, 1]; NumPy's trailing rule otherwise."""
+    values = np.asarray(values)
+    if 0 < values.ndim < len(shape) and values.shape[0] == shape[0] and shape[0] > 1:
+        values = values.reshape(values.shape + (1,) * (len(shape) - values.ndim))
+    return np.broadcast_to(values, shape)
+
+
+class TensorView:
     """A tensor or tile in HBM, SBUF or PSUM (``nl.ndarray`` / ``nl.load`` results)."""
 
     __array_priority__ = 1000  # make numpy scalars defer to our operators
 
-    def __init__(self, storage, view, pdim, adv=None, oob=None, shape=None):
+    def __init__(self, storage, view, pdim, adv=None, oob=None, shape=None, init=None):
         self._storage = storage
         self._view = view  # NumPy view of storage.data (basic indexing applied)
+        self._init = init  # the same view of storage.init (None: all initialised)
         self._pdim = pdim  # partition axis of this view (None: partition indexed away)
         self._adv = adv  # broadcast tuple of index arrays applied on top of _view
         self._oob = oob  # deferred out-of-bounds description (dim, index, size)
@@ -98,6 +112,9 @@ class NkiTensor:
         raise TypeError("the truth value of an NKI tile is data dependent; "
                         "use nl.where / masks instead of Python control flow")
 
+    def _new_view(self, view, pdim, **kw):
+        return type(self)(self._storage, view, pdim, **kw)
+
     # ----- indexing -------------------------------------------------------------
     def __getitem__(self, key):
         if self._adv is not None or self._oob is not None:
@@ -109,7 +126,11 @@ class NkiTensor:
             i = next(j for j, k in enumerate(key) if k is Ellipsis)
             fill = self.ndim - (len(key) - 1)
             key = key[:i] + (slice(None),) * fill + key[i + 1:]
-        key = tuple(np.asarray(k) if isinstance(k, (list,)) else k for k in key)
+        # lists, and tiles holding indices (indirect DMA: `t[idx_tile[i_p, 0], i_f]`),
+        # become index arrays; the simulator reads tile values eagerly
+        key = tuple(np.asarray(k) if isinstance(k, list) else
+                    np.asarray(k._read("indirect index", "index")).astype(np.int64)
+                    if isinstance(k, TensorView) else k for k in key)
         if len(key) > self.ndim:
             raise NKIIndexError(f"too many indices ({len(key)}) for tensor '{self.name}' of "
                                 f"shape {self.shape}")
@@ -117,6 +138,7 @@ class NkiTensor:
         if any(_is_index_array(k) for k in key):
             return self._advanced(key)
         basic, shape, oob, pdim = [], [], None, None
+        int_free = False
         for d, (k, n) in enumerate(zip(key, self.shape)):
             if isinstance(k, slice):
                 start, stop, step = k.start, k.stop, k.step
@@ -139,9 +161,17 @@ class NkiTensor:
                     raise NKIIndexError(f"unsupported index {k!r} for tensor '{self.name}'")
                 if (k < 0 or k >= n) and oob is None:
                     oob = (d, str(k), n)
+                if self._pdim is not None and d > self._pdim and self.buffer in ON_CHIP:
+                    int_free = True
                 basic.append(min(max(k, 0), n - 1))
         view = self._view[tuple(basic)]
-        return NkiTensor(self._storage, view, pdim, oob=oob, shape=shape)
+        init = None if self._init is None else self._init[tuple(basic)]
+        if int_free and pdim is not None and len(shape) == pdim + 1:
+            # An integer free index of an on-chip tile leaves a [P, 1] operand: the
+            # partition axis never stands alone.
+            view, shape = view[..., None], shape + [1]
+            init = None if init is None else init[..., None]
+        return self._new_view(view, pdim, oob=oob, shape=shape, init=init)
 
     def _advanced(self, key):
         arrays = [k for k in key if _is_index_array(k)]
@@ -162,21 +192,7 @@ class NkiTensor:
                 full.append(np.asarray(int(k), dtype=np.int64))
         adv = tuple(np.broadcast_arrays(*full))
         pdim = 0 if self.buffer in ON_CHIP else None
-        return NkiTensor(self._storage, self._view, pdim, adv=adv)
-
-    def __setitem__(self, key, value):
-        target = self[key]
-        if isinstance(value, NkiTensor) and value._storage is target._storage and \
-                value._view is not None and target._view is not None and \
-                value._adv is None and target._adv is None and \
-                value._view.__array_interface__ == target._view.__array_interface__:
-            return  # `t[k] += x` already wrote in place through __iadd__
-        if target.buffer not in ON_CHIP:
-            _fail(NKIBufferError, "tensor assignment", target.name,
-                  f"cannot assign into a {target.buffer.upper()} tensor from a kernel "
-                  f"expression; use nl.store(dst, value) or nisa.dma_copy")
-        from . import _ops
-        _ops.assign(target, value)
+        return self._new_view(self._view, pdim, adv=adv, init=self._init)
 
     # ----- data access used by instructions -----------------------------------
     def _check_oob(self, instr, operand, mask):
@@ -195,9 +211,36 @@ class NkiTensor:
                           f"index {int(vals[0])} out of bounds for dim {d} of size {n} of "
                           f"tensor '{self.name}' (add a mask to the access)")
 
+    def _initialised(self, mask=None):
+        """Bool array (this view's shape): which elements have been written."""
+        if self._init is None:
+            return np.ones(self.shape, bool)
+        if self._adv is None:
+            return self._init
+        if mask is None:
+            return self._init[self._adv]
+        m = np.broadcast_to(mask, self.shape)
+        out = np.ones(self.shape, bool)
+        out[m] = self._init[tuple(a[m] for a in self._adv)]
+        return out
+
+    def _check_init(self, instr, operand, mask):
+        if self._init is None:
+            return
+        ok = self._initialised(mask)
+        if mask is not None:
+            ok = ok | ~np.broadcast_to(np.asarray(mask, bool), self.shape)
+        if not ok.all():
+            first = tuple(int(i) for i in np.argwhere(~ok)[0])
+            _fail(NKIUninitializedError, instr, operand,
+                  f"reads {int((~ok).sum())} uninitialised element(s) of '{self.name}' "
+                  f"({self.buffer.upper()}, first at view index {first}); write them first "
+                  f"(nl.load, nisa.memset, nl.zeros, an instruction's dst) or mask the access")
+
     def _read(self, instr, operand, mask=None):
         """Values of this view as a NumPy array (dtype-rounded host storage)."""
         self._check_oob(instr, operand, mask)
+        self._check_init(instr, operand, mask)
         if self._adv is None:
             return self._view
         if mask is None:
@@ -211,26 +254,32 @@ class NkiTensor:
         """Store ``values`` (broadcast to this view's shape) rounded to the dtype."""
         self._check_oob(instr, operand, mask)
         values = np.asarray(values)
+        if values.size == int(np.prod(self.shape)) and values.shape != self.shape and \
+                _squeeze(values.shape) == _squeeze(self.shape):
+            values = values.reshape(self.shape)  # [P, 1] <-> [P] style unit axes
         try:
-            values = np.broadcast_to(values, self.shape)
+            values = align(values, self.shape)
         except ValueError:
             _fail(NKIShapeError, instr, operand,
                   f"value of shape {values.shape} does not fit destination "
                   f"'{self.name}' view of shape {self.shape}")
         values = dt.round_to(values, self.dtype)
         self._storage.written = True
+        m = None if mask is None else np.broadcast_to(np.asarray(mask, bool), self.shape)
         if self._adv is None:
-            if mask is None:
+            if m is None:
                 self._view[...] = values
+                if self._init is not None:
+                    self._init[...] = True
             else:
-                m = np.broadcast_to(mask, self.shape)
                 self._view[m] = values[m]
+                if self._init is not None:
+                    self._init[m] = True
         else:
-            if mask is None:
-                self._view[self._adv] = values
-            else:
-                m = np.broadcast_to(mask, self.shape)
-                self._view[tuple(a[m] for a in self._adv)] = values[m]
+            idx = self._adv if m is None else tuple(a[m] for a in self._adv)
+            self._view[idx] = values if m is None else values[m]
+            if self._init is not None:
+                self._init[idx] = True
 
     @property
     def _partition_size(self):
@@ -248,112 +297,32 @@ class NkiTensor:
     def _nbytes(self):
         return int(np.prod(self.shape, dtype=np.int64)) * self.itemsize
 
-    # ----- operators map to nki.language elementwise ops (Vector Engine) --------
-    def _binop(name, reverse=False):
-        def op(self, other):
-            from . import language as nl
-            f = getattr(nl, name)
-            return f(other, self) if reverse else f(self, other)
-        return op
-
-    __add__ = _binop("add")
-    __radd__ = _binop("add", True)
-    __sub__ = _binop("subtract")
-    __rsub__ = _binop("subtract", True)
-    __mul__ = _binop("multiply")
-    __rmul__ = _binop("multiply", True)
-    __truediv__ = _binop("divide")
-    __rtruediv__ = _binop("divide", True)
-    __pow__ = _binop("power")
-    __rpow__ = _binop("power", True)
-    __lt__ = _binop("less")
-    __le__ = _binop("less_equal")
-    __gt__ = _binop("greater")
-    __ge__ = _binop("greater_equal")
-    __and__ = _binop("logical_and")
-    __or__ = _binop("logical_or")
-    __xor__ = _binop("logical_xor")
-    __matmul__ = _binop("matmul")
-    del _binop
-
-    def __neg__(self):
-        from . import language as nl
-        return nl.negative(self)
-
-    def __abs__(self):
-        from . import language as nl
-        return nl.abs(self)
-
-    def _inplace(name):
-        def op(self, other):
-            from . import _ops
-            from . import language as nl
-            if name == "add" and self.buffer == "psum" and isinstance(other, NkiTensor) \
-                    and other.buffer == "psum":
-                # PSUM accumulation happens as the Tensor Engine writes: no engine time
-                acc = self._read("psum accumulate", "dst").astype(np.float32)
-                self._write("psum accumulate", "dst",
-                            acc + other._read("psum accumulate", "value"))
-                return self
-            result = getattr(nl, name)(self, other)
-            _ops.assign(self, result, instr=f"nl.{name} (in place)", charge=False)
-            return self
-        return op
-
-    __iadd__ = _inplace("add")
-    __isub__ = _inplace("subtract")
-    __imul__ = _inplace("multiply")
-    __itruediv__ = _inplace("divide")
-    del _inplace
-
     __hash__ = object.__hash__
 
-    def __eq__(self, other):
-        from . import language as nl
-        return nl.equal(self, other)
-
-    def __ne__(self, other):
-        from . import language as nl
-        return nl.not_equal(self, other)
-
-    # convenience methods mirroring NKI tile methods
     def reshape(self, *shape):
+        """A view of the same elements with a new shape (contiguous views only)."""
         shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
         if self._adv is not None or self._oob is not None or not self._view.flags.c_contiguous:
             raise NKIShapeError(f"reshape of tensor '{self.name}' needs a contiguous view")
         view = self._view.reshape(shape)
-        return NkiTensor(self._storage, view, 0 if self.buffer in ON_CHIP else None)
+        init = None if self._init is None else self._init.reshape(shape)
+        return self._new_view(view, 0 if self.buffer in ON_CHIP else None, init=init)
 
     def view(self, dtype):
-        raise NotImplementedError("bit-cast views are not simulated")
+        raise NotImplementedError("NkiTensor.view: bit-cast views are not simulated")
 
 
-def new_storage(shape, dtype, buffer, name, fill=None):
-    """Allocate a tensor (accounted by the running kernel when on-chip)."""
-    from ._simulator import current_run
-    if buffer not in BUFFERS:
-        raise ValueError(f"unknown buffer {buffer!r}; expected nl.hbm/nl.shared_hbm/"
-                         f"nl.private_hbm/nl.sbuf/nl.psum")
-    dtype = dt.as_dtype(dtype) or dt.float32
-    shape = tuple(shape)
-    pdim = 0
-    for i, s in enumerate(shape):
-        if isinstance(s, par_dim):
-            pdim = i
-    shape = tuple(int(s) for s in shape)
+def _squeeze(shape):
+    return tuple(s for s in shape if s != 1)
+
+
+def make_storage(shape, dtype, buffer, name, initialised):
+    """Host arrays of a new tensor: floats NaN-filled and tracked until written."""
     data = np.zeros(shape, dtype.np_storage)
-    if fill is not None:
-        data[...] = dt.round_to(np.asarray(fill), dtype)
-    st = _Storage(data, buffer, dtype, name, pdim)
-    run = current_run(required=False)
-    if run is not None and buffer in ON_CHIP:
-        run.allocate(st, shape, dtype, pdim)
-    t = NkiTensor(st, data, pdim if buffer in ON_CHIP else None)
-    return t
-
-
-def from_array(array, dtype, buffer, name):
-    """Wrap an existing host array (a kernel argument) as an HBM tensor."""
-    st = _Storage(array, buffer, dtype, name, 0)
-    return NkiTensor(st, array, None)
-
+    init = None
+    if not initialised:
+        if dtype.is_float:
+            data.fill(np.nan)
+        init = np.zeros(shape, bool)
+    pdim = 0
+    return _Storage(data, buffer, dtype, name, pdim, init)

@@ -110,15 +110,19 @@ def _op_cost(hw, func, args, kwargs, out):
     dma = cm.dma_seconds(hw, nbytes) if nbytes else 0.0
     ref = outs[0] if outs else (ins[0] if ins else None)
     numel = max([t.numel() for t in ins + outs] or [0])
-    fp32 = ref is not None and ref.dtype == torch.float32
+    dname = str(ref.dtype).partition(".")[2] if ref is not None else "float32"
     if func in _MATMUL or func in _SDPA:
         flops = _matmul_flops(func, ins, outs)
-        rate = hw.tensor_fp32_flops if fp32 else hw.tensor_bf16_flops
-        return OpCost(base, "Tensor", dma, flops / rate, nbytes, flops)
+        key = cm._TENSOR_RATE_KEY.get(dname, "bfloat16")
+        return OpCost(base, "Tensor", dma, flops / hw.tensor_flops[key], nbytes, flops)
     vec_passes, act_passes = _PASSES.get(base, (1, 1) if base in _TRANSCENDENTAL else (1, 0))
-    per_pass = numel / (hw.pmax * hw.engine_hz)
-    compute = vec_passes * per_pass if base not in _TRANSCENDENTAL else 0.0
-    compute += act_passes * per_pass
+    free = -(-numel // hw.pmax)  # the op's elements spread over the 128 partitions
+    all_16bit = dname in ("bfloat16", "float16")
+    compute = 0.0
+    if base not in _TRANSCENDENTAL:
+        compute += vec_passes * cm.elementwise_seconds(hw, "Vector", hw.pmax, free,
+                                                       all_16bit=all_16bit)
+    compute += act_passes * cm.elementwise_seconds(hw, "Scalar", hw.pmax, free)
     engine = "Scalar" if act_passes and base in _TRANSCENDENTAL else "Vector"
     return OpCost(base, engine, dma, compute, nbytes, 0.0)
 

@@ -166,9 +166,9 @@ def render(data: dict) -> str:
     return "\n".join(header) + "\n" + render_table(data["devices"])
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "neuron-ls") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="neuron-ls",
+        prog=prog,
         description="List the Neuron devices and NeuronCores of the (simulated) Trainium "
         "instance visible to this process. Honours TORCH_NEURONX_INSTANCE_TYPE, "
         "NEURON_LOGICAL_NC_CONFIG, NEURON_RT_VISIBLE_CORES and NEURON_RT_NUM_CORES.",
@@ -177,8 +177,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def _stdout_closed_by_reader() -> int:
+    # `neuron-ls | head -1`: the reader left, which is not an error of ours. Point stdout at
+    # /dev/null so the interpreter's final flush cannot raise a second BrokenPipeError.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 0
+
+
+def main(argv: list[str] | None = None, prog: str = "neuron-ls") -> int:
+    """Entry point of ``neuron-ls`` (and of ``torch-neuronx ls``, with that ``prog``)."""
+    try:
+        return _main(argv, prog)
+    except BrokenPipeError:
+        return _stdout_closed_by_reader()
+
+
+def _main(argv, prog) -> int:
+    args = build_parser(prog).parse_args(argv)
     try:
         data = collect()
     except ValueError as e:  # invalid runtime configuration (from the C++ runtime)
@@ -191,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(devices, indent=2))
     else:
         print(render(data))
+    sys.stdout.flush()  # a closed pipe raises here, inside main's handler
     return 0
 
 

@@ -1,0 +1,225 @@
+"""torch_neuronx.readiness and `torch-neuronx check`: reports checked against known
+values (source lines, byte counts, published figures)."""
+import inspect
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch_neuronx
+from helpers import worker_env
+from torch_neuronx import _hardware as hw
+from torch_neuronx.readiness import _estimate
+
+SCRIPTS = Path(__file__).parent / "scripts"
+MiB = 1 << 20
+
+
+def _line(path: Path, marker: str) -> int:
+    return next(i for i, text in enumerate(path.read_text().splitlines(), 1) if marker in text)
+
+
+def _check(tmp_path, *cmd, options=(), timeout=600):
+    out = tmp_path / "report"
+    p = subprocess.run([sys.executable, "-m", "torch_neuronx.cli", "check", "--out", str(out), *options, "--", *cmd],
+                       env=worker_env(), capture_output=True, text=True, timeout=timeout)
+    return p, out
+
+
+def _op(est, name):
+    return next(o for o in est["ops"] if o["op"] == name)
+
+
+# -- in process ---------------------------------------------------------------
+def test_fallback_op_source_line_steps_and_verdict():
+    model = torch.nn.Linear(8, 8).to("neuron")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torch_neuronx.readiness() as r:
+        for _ in range(3):
+            model(torch.randn(4, 8, device="neuron")).sum().backward()
+            line = inspect.currentframe().f_lineno + 1
+            torch.ones(3, device="neuron", dtype=torch.float64).cumsum(0)
+            opt.step()
+            opt.zero_grad()
+    rep = r.report
+    assert rep.data["steps"] == 3
+    fbs = {f["op"]: f for f in rep.data["fallbacks"]}
+    assert set(fbs) == {"aten::ones", "aten::cumsum"}  # ones runs fill_ in float64 inside it
+    for fb in fbs.values():
+        assert (fb["dtype"], fb["count"]) == ("float64", 3)
+        assert list(fb["sites"]) == [f"{__file__}:{line} (test_fallback_op_source_line_steps_and_verdict)"]
+    assert rep.verdict == "runs with 2 fallbacks (6 calls on CPU)"
+    # addmm was timed once per step, for the median step
+    assert _op(rep.data["estimates"][0], "aten::addmm")["count"] == 1
+
+
+def test_native_run_has_no_fallbacks_and_whole_run_scope():
+    with torch_neuronx.readiness() as r:
+        x = torch.randn(16, 16, device="neuron")
+        (x @ x).relu_()
+    assert r.report.verdict == "runs natively"
+    est = r.report.data["estimates"][0]
+    assert est["per_step"] is False and est["step_seconds"] > 0
+    assert _op(est, "aten::mm")["flops"] == 2 * 16**3
+
+
+def test_memory_peak_fit_verdict_and_largest_tensors():
+    torch.neuron.empty_cache()
+    with torch_neuronx.readiness(capacity=12 * MiB) as r:
+        a = torch.empty(4 * MiB, dtype=torch.uint8, device="neuron")
+        b = torch.zeros(16 * MiB, dtype=torch.uint8, device="neuron")  # the peak: 20 MiB live
+        del b
+        a.fill_(1)
+    rep = r.report
+    (mem,) = rep.data["memory"]
+    assert mem["peak_allocated"] >= 20 * MiB
+    assert not mem["fits"]
+    assert rep.verdict.startswith("will not fit: peak") and "12.00 MiB per core on trn2.3xlarge at LNC=2" in rep.verdict
+    assert mem["top_tensors"][0]["bytes"] == 16 * MiB and mem["top_tensors"][0]["op"] == "aten::zeros"
+    fit = {(f["chip"], f["lnc"]): f["fits"] for f in rep.data["fit"]}
+    assert fit[("trn2", 2)] == "yes" and set(fit) == {(c, n) for c, s in hw.CHIPS.items() for n in s.lnc_allowed}
+
+
+def test_fits_against_the_instance_capacity():
+    with torch_neuronx.readiness(instance="trn3.3xlarge", lnc=1) as r:
+        torch.ones(1024, device="neuron").sum()
+    assert r.report.data["capacity_per_core"] == 18 * (1 << 30)
+    assert all(m["fits"] for m in r.report.data["memory"]) and r.report.verdict == "runs natively"
+
+
+# -- the time model -----------------------------------------------------------
+def test_large_bf16_matmul_is_within_10pc_of_flops_over_peak():
+    n = 2048
+    a = torch.randn(n, n, device="neuron", dtype=torch.bfloat16)
+    with torch_neuronx.readiness() as r:
+        a @ a
+    for est in r.report.data["estimates"]:
+        peak = hw.CHIPS[est["chip"]].tensor_flops["bfloat16"] * est["lnc"]
+        ideal = 2 * n**3 / peak
+        assert _op(est, "aten::mm")["seconds"] == pytest.approx(ideal, rel=0.10)
+        assert est["dominant"] == "compute"
+
+
+def test_large_elementwise_is_within_10pc_of_bytes_over_bandwidth():
+    n = 8 * MiB
+    x, y = torch.ones(n, device="neuron"), torch.ones(n, device="neuron")
+    with torch_neuronx.readiness() as r:
+        x + y
+    for est in r.report.data["estimates"]:
+        # The published bound: the core's share of HBM bandwidth, or (trn3) its DMA engines' peak.
+        spec = hw.CHIPS[est["chip"]]
+        bw = min(spec.hbm_bytes_per_s / spec.physical_cores, spec.dma_engines * spec.dma_bytes_per_s_per_engine)
+        bw *= est["lnc"]
+        add = _op(est, "aten::add.Tensor")
+        assert add["bytes"] == 3 * 4 * n
+        assert add["seconds"] == pytest.approx(3 * 4 * n / bw, rel=0.10)
+        assert est["dominant"] == "memory"
+
+
+def test_small_ops_are_dominated_by_fixed_costs():
+    fig = _estimate.core_figures("trn2", 2)
+    t, parts = _estimate.op_time(fig, "vector", "float32", 0, 3 * 4 * 128, 3)
+    assert parts["fixed"] == pytest.approx(3 * hw.CHIPS["trn2"].dma_fixed_s) and t > 10 * parts["memory"]
+
+
+def test_collective_model_matches_published_latency_points():
+    fig = _estimate.core_figures("trn2", 2)
+    assert _estimate.collective_time(fig, "allreduce", 1024, 2)[1] == pytest.approx(20e-6)
+    assert _estimate.collective_time(fig, "allreduce", 1024, 16)[1] == pytest.approx(300e-6)
+    t, lat, bw = _estimate.collective_time(fig, "allreduce", 1 << 30, 2)
+    assert bw == pytest.approx((1 << 30) / fig["link_bytes_per_s"]) and t == pytest.approx(lat + bw)
+
+
+# -- rendering and bad input ----------------------------------------------------
+def test_saved_report_files(tmp_path):
+    with torch_neuronx.readiness(out=str(tmp_path)) as r:
+        torch.randn(32, 32, device="neuron").double().sum()
+    files = {p.name for p in tmp_path.iterdir()}
+    assert files == {"report.json", "report.md", "report.html", "memory.png", "ops.png"}
+    assert (tmp_path / "memory.png").read_bytes()[:4] == b"\x89PNG"
+    html = (tmp_path / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 2 and "aten::sum" in html
+    md = (tmp_path / "report.md").read_text()
+    assert "## Estimated time on Trainium" in md and "![Memory over time](memory.png)" in md
+    assert json.loads((tmp_path / "report.json").read_text())["verdict"] == r.report.verdict
+
+
+def test_bad_options_raise_clear_errors():
+    with pytest.raises(ValueError, match="not a supported instance type"):
+        torch_neuronx.readiness(instance="trn9.huge")
+    with pytest.raises(ValueError, match="supports LNC=\\(1, 2\\), not LNC=3"):
+        with torch_neuronx.readiness(lnc=3):
+            pass
+    with pytest.raises(ValueError, match="capacity must be a positive number of bytes"):
+        with torch_neuronx.readiness(capacity=-1):
+            pass
+
+
+@pytest.mark.slow
+def test_new_shape_every_step_is_reported_as_recompiling_every_step(fresh_dynamo):
+    w = torch.ones(4, device="neuron")
+    opt = torch.optim.SGD([torch.nn.Parameter(w.clone())], lr=0.1)
+    f = torch.compile(lambda x: (x * w).sum(), backend="neuron")
+    with torch_neuronx.readiness() as r, torch.no_grad():
+        for n in range(2, 6):
+            f(torch.ones(n, 4, device="neuron"))
+            opt.step()  # marks the step
+    c = r.report.data["compile"]
+    assert c["step_recompilations"][1:] == [1, 1, 1]
+    assert c["recompiles_every_step"] and c["dynamic_shapes"]
+    for n, rc in zip((3, 4, 5), c["recompilations"][-3:]):
+        assert [n, 4] in [list(s[0]) for s in rc["shapes"] if isinstance(s, (list, tuple))]  # what recompiled
+    assert r.report.verdict == "recompiles every step"
+
+
+# -- torch-neuronx check --------------------------------------------------------
+def test_check_cli_plain_python(tmp_path):
+    p, out = _check(tmp_path, sys.executable, str(SCRIPTS / "plain.py"), "--flag", "7")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "args ['--flag', '7']" in p.stdout
+    assert "torch-neuronx readiness: runs natively" in p.stdout
+    data = json.loads((out / "report.json").read_text())
+    assert _op(data["estimates"][0], "aten::mm")["flops"] == 2 * 64**3
+
+
+def test_check_cli_usage_errors(tmp_path):
+    p, _ = _check(tmp_path)
+    assert p.returncode == 2 and "give the command after --" in p.stderr
+    p, _ = _check(tmp_path, "ls")
+    assert p.returncode != 0 and "must start with python or torchrun" in p.stderr
+
+
+@pytest.mark.slow
+def test_check_cli_reports_float64_op_and_graph_break_lines(tmp_path):
+    script = SCRIPTS / "fallback_and_break.py"
+    p, out = _check(tmp_path, sys.executable, str(script))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "script finished" in p.stdout
+    data = json.loads((out / "report.json").read_text())
+    (fb,) = data["fallbacks"]
+    assert (fb["op"], fb["dtype"], fb["count"]) == ("aten::cumsum", "float64", 3)
+    assert list(fb["sites"]) == [f"{script}:{_line(script, 'LINE_FLOAT64')} (<module>)"]
+    breaks = data["compile"]["graph_breaks"]
+    assert breaks and breaks[0]["site"] == f"{script}:{_line(script, 'LINE_GRAPH_BREAK')}"
+    assert "Tensor.item()" in breaks[0]["reason"]
+    assert data["compile"]["graphs"] and data["steps"] == 3
+    assert "Graph break in user code" not in p.stderr  # Dynamo's log stays as quiet as the user set it
+
+
+@pytest.mark.multiprocess
+def test_check_cli_torchrun_two_ranks_ddp_collectives(tmp_path):
+    p, out = _check(tmp_path, "torchrun", "--standalone", "--nproc-per-node", "2",
+                    str(SCRIPTS / "ddp_steps.py"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    data = json.loads((out / "report.json").read_text())
+    assert data["ranks"] == 2 and data["steps"] == 5
+    # DDP's setup broadcasts run in the first step, which the steady state leaves out; its
+    # one-off rebuild of the gradient buckets (broadcasts of a few int32) comes in the second.
+    (c,) = [c for c in data["collectives"] if c["kind"] == "allreduce"]
+    assert (c["dtype"], c["bytes"], c["group_size"], c["calls_per_step"]) == ("float32", 4096, 2, 1)
+    assert all(c["kind"] == "broadcast" and c["dtype"] == "int32" for c in data["collectives"][1:])
+    est = data["estimates"][0]  # the median step: one all-reduce of 2 ring steps
+    assert est["terms"]["collective latency"] == pytest.approx(2 * hw.COLLECTIVE_STEP_LATENCY_S)
+    assert {m["label"] for m in data["memory"]} == {"rank 0 neuron:0", "rank 1 neuron:1"}

@@ -1,0 +1,111 @@
+"""``torch-neuronx check -- python train.py [args]`` (or ``-- torchrun ...``)."""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+
+_LAUNCH = ["-m", "torch_neuronx.readiness._launch"]
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+
+
+def _bytes(text: str) -> int:
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).upper() not in _UNITS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size; write e.g. 24GiB, 512MiB or 1000000")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="torch-neuronx check",
+        description="Run a script unmodified on the NeuronCore simulator and report whether it would run "
+        "natively on Trainium, fit in HBM, and how fast (estimated).",
+        epilog="examples:\n  torch-neuronx check -- python train.py --epochs 1\n"
+        "  torch-neuronx check --out rep -- torchrun --nproc-per-node 2 train.py",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--out", default="neuron-readiness", help="report directory (default: %(default)s)")
+    p.add_argument("--instance", help="instance type to judge against and simulate (default: "
+                   "TORCH_NEURONX_INSTANCE_TYPE or trn2.3xlarge)")
+    p.add_argument("--lnc", type=int, help="logical NeuronCore config, 1 or 2 (default: the instance's)")
+    p.add_argument("--capacity", type=_bytes, help="HBM per logical core for the fit verdict, e.g. 16GiB "
+                   "(default: the instance's)")
+    return p
+
+
+def _child_command(cmd: list[str], raw_dir: str) -> list[str]:
+    """The user's command with the script wrapped by the readiness launcher."""
+    exe = os.path.basename(cmd[0])
+    if exe == "torchrun" or cmd[1:3] == ["-m", "torch.distributed.run"]:
+        head, rest = (cmd[:1], cmd[1:]) if exe == "torchrun" else (cmd[:3], cmd[3:])
+        from torch.distributed.run import get_args_parser
+
+        args = get_args_parser().parse_args(rest)
+        if args.no_python:
+            raise SystemExit("torch-neuronx check: torchrun --no-python runs no Python script to check")
+        i = len(rest) - len(args.training_script_args) - 1
+        opts = [a for a in rest[:i] if a not in ("-m", "--module")]
+        target = ["-m", rest[i]] if args.module else [rest[i]]
+        return head + opts + _LAUNCH + ["--raw", raw_dir] + target + rest[i + 1:]
+    if exe.startswith("python") or os.path.realpath(shutil.which(cmd[0]) or cmd[0]) == os.path.realpath(sys.executable):
+        i = 1
+        flags = []
+        while i < len(cmd) and cmd[i].startswith("-") and cmd[i] not in ("-m", "-c"):
+            flags.append(cmd[i])
+            i += 1
+        if i >= len(cmd) or cmd[i] == "-c":
+            raise SystemExit("torch-neuronx check: give a script or -m module (python -c is not supported)")
+        return [cmd[0]] + flags + _LAUNCH + ["--raw", raw_dir] + cmd[i:]
+    raise SystemExit(f"torch-neuronx check: cannot run {cmd[0]!r}: the command must start with python or torchrun")
+
+
+def main(argv: list[str]) -> int:
+    if "--" in argv:
+        k = argv.index("--")
+        own, cmd = argv[:k], argv[k + 1:]
+    else:
+        own, cmd = argv, []
+    opts = _parser().parse_args(own)
+    if not cmd:
+        _parser().print_usage(sys.stderr)
+        print("torch-neuronx check: error: give the command after --, e.g. "
+              "`torch-neuronx check -- python train.py`", file=sys.stderr)
+        return 2
+    from .. import _hardware
+
+    try:
+        inst = _hardware.instance(opts.instance)
+    except ValueError as e:
+        print(f"torch-neuronx check: error: {e}", file=sys.stderr)
+        return 2
+    env = dict(os.environ)
+    env["TORCH_NEURONX_INSTANCE_TYPE"] = inst.name
+    if opts.lnc:
+        env["NEURON_LOGICAL_NC_CONFIG"] = str(opts.lnc)
+    with tempfile.TemporaryDirectory(prefix="neuron-readiness-") as raw_dir:
+        child = _child_command(cmd, raw_dir)
+        rc = subprocess.call(child, env=env)
+        raws = []
+        for path in sorted(glob.glob(os.path.join(raw_dir, "rank*.json"))):
+            with open(path) as f:
+                raws.append(json.load(f))
+    if not raws:
+        print(f"torch-neuronx check: the command exited with status {rc} before any rank started recording",
+              file=sys.stderr)
+        return rc or 1
+    from ._report import Report
+
+    report = Report(raws, instance=inst.name, lnc=opts.lnc, capacity=opts.capacity,
+                    command=shlex.join(cmd))
+    paths = report.save(opts.out)
+    print(report.summary())
+    print(f"  report           {paths['report.html']} (also report.md, report.json)")
+    return rc

@@ -1,0 +1,449 @@
+"""What a run does on the neuron device, recorded while it runs.
+
+One TorchDispatchMode sees every ATen op (and c10d collective) that reaches the
+device; it keeps per-step aggregates, not a trace, so its cost stays a few
+microseconds per op. Facts counted elsewhere are read from their owners: which
+ops fall back to CPU (``torch_neuronx.get_fallback_ops``), memory
+(``torch.neuron`` allocator counters), compile metrics
+(``torch.neuron.get_dynamo_metrics``), graph-break locations (Dynamo's own
+``graph_breaks`` log).
+"""
+from __future__ import annotations
+
+import collections
+import heapq
+import logging
+import os
+import re
+import sys
+import sysconfig
+import threading
+import time
+import weakref
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .. import _C
+
+_TOP_TENSORS = 10
+_SAMPLE_S = 0.002  # memory counters are read at most this often per core (they cost ~8 us)
+_PEAK_STEP = 1.02  # re-take the live-tensor snapshot when usage grows by 2%
+_SERIES_MAX = 20000
+_GRAPH_BREAK_LOGGER = "torch._dynamo.symbolic_convert.__graph_breaks"
+_GRAPH_BREAK_AT = re.compile(r"in user code at (.+?):(\d+)\s*\nGraph Break Reason: (.*)")
+
+# Frames in these trees are the machinery, not the code that issued an op.
+_TORCH_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, sys.modules["torch_neuronx"]))
+_STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
+_SITE = tuple(sysconfig.get_paths()[k] + os.sep for k in ("purelib", "platlib"))
+
+# Ops that only allocate, or build a new view of existing memory: no data moves, no kernel runs.
+_METADATA_OPS = frozenset({
+    "aten::detach", "aten::lift_fresh", "aten::_reshape_alias", "aten::set_", "aten::_unsafe_view", "aten::alias",
+    "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided",
+})
+
+
+def _is_machinery(path: str) -> bool:
+    return (
+        path.startswith(_TORCH_DIRS)
+        or (path.startswith("<") and path not in ("<stdin>", "<string>"))  # <frozen ...>, FX's <eval_with_key>
+        or "torchinductor_" in path  # Inductor's generated code
+        or (path.startswith(_STDLIB) and not path.startswith(_SITE))
+    )
+
+
+def _user_site() -> str:
+    """The innermost caller outside torch, torch_neuronx and the standard library."""
+    f = sys._getframe(1)
+    while f is not None:
+        path = f.f_code.co_filename
+        if not _is_machinery(path):
+            return f"{path}:{f.f_lineno} ({f.f_code.co_name})"
+        f = f.f_back
+    # Autograd runs backward ops on its device thread, with no Python caller.
+    return "autograd backward" if threading.current_thread() is not threading.main_thread() else "<no Python caller>"
+
+
+def _tensors(args, out: list) -> list:
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            for b in a:
+                if isinstance(b, torch.Tensor):
+                    out.append(b)
+    return out
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+class _FuncInfo:
+    __slots__ = ("name", "kind", "flops")
+
+    def __init__(self, func):
+        from torch.utils.flop_counter import flop_registry
+
+        self.name = func.name()
+        self.flops = flop_registry.get(func._overloadpacket)
+        if self.name.split("::")[0] in ("c10d", "_c10d_functional"):
+            self.kind = "collective" if func in _collective_ops() else "other"
+        elif func.is_view or self.name.split(".")[0] in _METADATA_OPS:
+            self.kind = "view"
+        elif self.flops is not None:
+            self.kind = "tensor"  # matmul-like: the Tensor Engine
+        else:
+            self.kind = "vector"  # elementwise, reductions, copies: Vector/Scalar engines and DMA
+
+
+_COLLECTIVES = None
+
+
+def _collective_ops():
+    global _COLLECTIVES
+    if _COLLECTIVES is None:
+        from torch.distributed._tools.fake_collectives import collective_ops
+
+        _COLLECTIVES = frozenset(collective_ops)
+    return _COLLECTIVES
+
+
+class _Mode(TorchDispatchMode):
+    def __init__(self, collector):
+        super().__init__()
+        self.c = collector
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        # Off while torch.compile traces (so Dynamo still compiles), on while compiled code runs.
+        return True
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        try:
+            self.c._record(func, args, kwargs, out)
+        except Exception as e:  # never break the user's run; say so in the report
+            self.c.errors[f"{func}: {type(e).__name__}: {e}"] += 1
+        return out
+
+
+class _GraphBreakTap(logging.Filter):
+    """Collects Dynamo's graph-break log records. A logger filter, not a handler: the records
+    reach the logger's handlers (the terminal) only if the user had enabled them."""
+
+    def __init__(self, sink: collections.Counter, user_enabled: bool):
+        super().__init__()
+        self.sink = sink
+        self.user_enabled = user_enabled
+
+    def filter(self, record) -> bool:
+        msg = record.getMessage()
+        m = _GRAPH_BREAK_AT.search(msg)
+        if m:
+            self.sink[(msg[:4000], f"{m.group(1)}:{m.group(2)}")] += 1
+        return self.user_enabled
+
+
+class Collector:
+    """Records one process's run; ``start()`` / ``stop()`` then ``raw()``."""
+
+    def __init__(self):
+        self.step = 0
+        self.ops: list[collections.Counter] = [collections.Counter()]  # per step: op key -> calls
+        self.collectives: list[collections.Counter] = [collections.Counter()]
+        self.fallbacks: dict = {}  # (op, dtype, reason) -> Counter(site)
+        self.errors: collections.Counter = collections.Counter()
+        self.graph_breaks: collections.Counter = collections.Counter()
+        self.step_recompiles: list[int] = []
+        self._funcs: dict = {}
+        self._fb_seen = -1
+        self._fb_known: dict = {}  # op -> reasons already seen in the C++ op tracking
+        self._fb_nested: dict = {}  # op -> reasons of fallbacks inside it
+        self._live: dict = {}  # storage data_ptr -> [nbytes, shape, dtype, op, refs, core, weakrefs...]
+        self._series: dict = collections.defaultdict(list)  # core -> [(t, allocated, reserved)]
+        self._next_sample: dict = collections.defaultdict(float)
+        self._snap: dict = {}  # core -> (allocated, [tensors]) at the highest sampled usage
+        self._t0 = 0.0
+        self.wall_seconds = 0.0
+        self._mode = None
+        self._hook = None
+        self._log_level = None
+        self._log_handler = None
+        self._dynamo0 = None
+        self.error = None
+
+    # -- lifecycle -------------------------------------------------------------
+    def start(self) -> None:
+        import torch.utils.flop_counter  # noqa: F401  (slow first import: not inside the first op)
+
+        self._t0 = time.perf_counter()
+        self._dynamo0 = _dynamo_metrics()
+        self._adopt_existing_tensors()
+        if _C._is_initialized():
+            # the report's peaks are this run's: like a profiler, start them afresh
+            for i in range(torch.neuron.device_count()):
+                _C._reset_peak(i)
+        fb = _C._fallback_ops()  # fallbacks recorded before the report are not this run's
+        self._fb_known = {op: set(r) for op, r in fb.items()}
+        self._fb_seen = sum(map(len, fb.values()))
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self._hook = register_optimizer_step_post_hook(self._on_step)
+        log = logging.getLogger(_GRAPH_BREAK_LOGGER)
+        self._log_level = log.level
+        self._log_handler = _GraphBreakTap(self.graph_breaks, log.isEnabledFor(logging.DEBUG))
+        log.addFilter(self._log_handler)
+        log.setLevel(logging.DEBUG)  # Dynamo logs graph breaks only to an enabled logger
+        self._mode = _Mode(self)
+        self._mode.__enter__()
+
+    def stop(self) -> None:
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            self._mode = None
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        if self._log_handler is not None:
+            log = logging.getLogger(_GRAPH_BREAK_LOGGER)
+            log.removeFilter(self._log_handler)
+            log.setLevel(self._log_level)
+            self._log_handler = None
+        for core in list(self._series):
+            self._sample(core, force=True)
+        self.wall_seconds = time.perf_counter() - self._t0
+
+    # -- recording -------------------------------------------------------------
+    def _on_step(self, optimizer, args, kwargs) -> None:
+        m = _dynamo_metrics()
+        self.step_recompiles.append(m["num_recompilations"] if m else 0)
+        for core in list(self._series):
+            self._sample(core, force=True)
+        self.step += 1
+        self.ops.append(collections.Counter())
+        self.collectives.append(collections.Counter())
+
+    def _record(self, func, args, kwargs, out) -> None:
+        info = self._funcs.get(func)
+        if info is None:
+            info = self._funcs[func] = _FuncInfo(func)
+        ins = _tensors(kwargs.values(), _tensors(args, []))
+        outs = _tensors((out,) if isinstance(out, torch.Tensor) else out if isinstance(out, (list, tuple)) else (), [])
+        for t in outs or ins:
+            if isinstance(t, FakeTensor):
+                return  # a compiler tracing shapes (e.g. a graph compiled on first call), not the run
+        core = None
+        for t in outs or ins:
+            if t.device.type == "neuron":
+                core = t.device.index
+                break
+        if core is None:
+            for t in ins:
+                if t.device.type == "neuron":
+                    core = t.device.index
+                    break
+            else:
+                return  # a host op: it runs on the host CPU on Trainium too
+        name, kind = info.name, info.kind
+        dtype = None
+        for t in ins or outs:
+            if t.is_floating_point():
+                dtype = t.dtype
+                break
+        if dtype is None and (ins or outs):
+            dtype = (ins or outs)[0].dtype
+        dname = _dtype_name(dtype)
+        if kind == "collective":
+            self._record_collective(func, args, kwargs, out, dname)
+        elif kind == "view":
+            self.ops[self.step][(name, dname, kind, 0, 0, 0)] += 1
+        else:
+            nbytes = 0
+            for t in ins:
+                nbytes += t.nbytes
+            for t in outs:
+                nbytes += t.nbytes
+            flops = int(info.flops(*args, **kwargs, out_val=out)) if info.flops is not None else 0
+            self.ops[self.step][(name, dname, kind, flops, nbytes, len(ins) + len(outs))] += 1
+            fb = _C._fallback_ops()
+            if fb:
+                self._check_fallback(name, fb, ins, outs)
+        if outs:  # views too: a view keeps its storage alive
+            for t in outs:
+                if t.device.type == "neuron":
+                    self._track(t, name)
+        if time.perf_counter() >= self._next_sample[core]:
+            self._sample(core)
+
+    def _check_fallback(self, name, fb, ins, outs) -> None:
+        n = sum(map(len, fb.values()))
+        if n != self._fb_seen:
+            # New entries appeared during this call: some are the kernels this op runs
+            # inside it (aten::ones runs fill_), which this mode does not see.
+            self._fb_seen = n
+            for op, reasons in fb.items():
+                known = self._fb_known.setdefault(op, set())
+                new = set(reasons) - known
+                known.update(new)
+                if op != name and new:
+                    self._fb_nested.setdefault(name, set()).update(new)
+        reasons = sorted(fb.get(name, ())) + sorted(self._fb_nested.get(name, ()))
+        if reasons:
+            self._record_fallback(name, reasons, ins, outs)
+
+    def _record_fallback(self, name, reasons, ins, outs) -> None:
+        # The C++ op tracking names an op's reasons; a call is a fallback when a reason
+        # applies to it: "no Trainium lowering" always, "<dtype> is not native" when
+        # one of its tensors has that dtype.
+        dtypes = {_dtype_name(t.dtype) for t in ins} | {_dtype_name(t.dtype) for t in outs}
+        for reason in reasons:
+            d = reason.split(" ", 1)[0]
+            if reason.startswith("no ") or d in dtypes:
+                dt = d if d in dtypes else "-"
+                key = (name, dt, reason)
+                self.fallbacks.setdefault(key, collections.Counter())[_user_site()] += 1
+                return
+
+    def _record_collective(self, func, args, kwargs, out, dname) -> None:
+        from torch.distributed._tools.fake_collectives import CollectiveOp
+
+        try:
+            size = CollectiveOp.get_process_group(func, args).size()
+        except Exception:
+            size = 1
+        try:
+            nbytes = int(CollectiveOp.get_comm_tensor_size(func, out, args, kwargs))
+        except Exception:
+            nbytes = sum(t.nbytes for t in _tensors(args, []))
+        name = func.name().split("::")[1].split(".")[0].strip("_")
+        self.collectives[self.step][(name, dname, nbytes, size)] += 1
+
+    # -- memory ----------------------------------------------------------------
+    def _track(self, t, op) -> None:
+        st = t.untyped_storage()
+        ptr = st.data_ptr()
+        if not ptr:
+            return
+        entry = self._live.get(ptr)
+        if entry is None:
+            entry = self._live[ptr] = [st.nbytes(), tuple(t.shape), _dtype_name(t.dtype), op, 0, t.device.index]
+        entry[4] += 1
+        live = self._live
+
+        def _dead(_ref, ptr=ptr, entry=entry):
+            entry[4] -= 1
+            if entry[4] == 0 and live.get(ptr) is entry:
+                del live[ptr]
+
+        entry.append(weakref.ref(t, _dead))
+
+    def _adopt_existing_tensors(self) -> None:
+        """Tensors allocated before the report started (e.g. a model built earlier)."""
+        if not _C._is_initialized():
+            return
+        if not any(_C._memory_counters(i)["allocated_current"] for i in range(torch.neuron.device_count())):
+            return
+        import gc
+
+        for obj in gc.get_objects():
+            if type(obj) in (torch.Tensor, torch.nn.Parameter) and obj.device.type == "neuron":
+                self._track(obj, "(before the report started)")
+
+    def _sample(self, core, force: bool = False) -> None:
+        now = time.perf_counter()
+        self._next_sample[core] = now + _SAMPLE_S
+        c = _C._memory_counters(core)
+        series = self._series[core]
+        if len(series) < _SERIES_MAX or force:
+            series.append((round(now - self._t0, 6), c["allocated_current"], c["reserved_current"]))
+        snap = self._snap.get(core)
+        if snap is None or c["allocated_current"] > snap[0] * _PEAK_STEP:
+            dev_live = [e for e in self._live.values() if e[5] == core]
+            top = heapq.nlargest(_TOP_TENSORS, dev_live, key=lambda e: e[0])
+            self._snap[core] = (
+                c["allocated_current"],
+                [{"bytes": e[0], "shape": list(e[1]), "dtype": e[2], "op": e[3]} for e in top],
+            )
+
+    # -- result ----------------------------------------------------------------
+    def raw(self) -> dict:
+        """This process's observations, JSON-serialisable; the report is built from these."""
+        info = _C._instance_info()
+        memory = {}
+        for core in sorted(self._series):
+            c = _C._memory_counters(core)
+            snap = self._snap.get(core, (0, []))
+            memory[str(core)] = {
+                "peak_allocated": c["allocated_peak"],
+                "peak_reserved": c["reserved_peak"],
+                "capacity": c["capacity"],
+                "num_ooms": c["num_ooms"],
+                "series": self._series[core],
+                "top_tensors_at": snap[0],
+                "top_tensors": snap[1],
+            }
+        n_steps = self.step
+        return {
+            "rank": int(os.environ.get("RANK", 0)),
+            "world_size": int(os.environ.get("WORLD_SIZE", 1)),
+            "instance_type": info["instance_type"],
+            "lnc": info["logical_nc_config"],
+            "steps": n_steps,
+            "fp32_precision": torch.get_float32_matmul_precision(),
+            "wall_seconds": round(self.wall_seconds, 4),
+            "ops": [[list(k) + [n] for k, n in c.items()] for c in self.ops],
+            "collectives": [[list(k) + [n] for k, n in c.items()] for c in self.collectives],
+            "fallbacks": [
+                {"op": k[0], "dtype": k[1], "reason": k[2], "count": sum(s.values()), "sites": dict(s.most_common())}
+                for k, s in self.fallbacks.items()
+            ],
+            "memory": memory,
+            "compile": _compile_delta(self._dynamo0, _dynamo_metrics(), self.graph_breaks, self.step_recompiles),
+            "collector_errors": dict(self.errors),
+            "error": self.error,
+        }
+
+
+def _dynamo_metrics():
+    if "torch._dynamo" not in sys.modules:
+        return None
+    return torch.neuron.get_dynamo_metrics()
+
+
+def _compile_delta(m0, m1, breaks: collections.Counter, step_recompiles: list) -> dict:
+    """Compile metrics gathered during the report (the counters are process-wide)."""
+    if m1 is None:
+        return {"graphs": [], "recompilations": [], "fallbacks": [], "graph_breaks": [], "step_recompilations": []}
+    m0 = m0 or {"graphs": [], "recompilations": [], "fallbacks": [], "graph_break_reasons": {}, "num_recompilations": 0}
+    base = m0["num_recompilations"]
+    per_step, prev = [], base
+    for n in step_recompiles:
+        per_step.append(n - prev)
+        prev = n
+    counted = {}
+    for reason, n in m1["graph_break_reasons"].items():
+        n -= m0["graph_break_reasons"].get(reason, 0)
+        if n > 0:
+            counted[reason] = n
+    located = collections.Counter()
+    for (msg, site), n in breaks.items():
+        # Dynamo's counter key is the reason proper; the log message holds it after a preamble.
+        reason = next((r for r in counted if r.splitlines()[0] in msg), None)
+        if reason is None:
+            m = _GRAPH_BREAK_AT.search(msg)
+            reason = m.group(3).strip() if m else msg.splitlines()[0]
+        located[(reason, site)] += n
+    located = [{"reason": r, "site": s, "count": n} for (r, s), n in located.most_common()]
+    return {
+        "graphs": m1["graphs"][len(m0["graphs"]):],
+        "recompilations": m1["recompilations"][len(m0["recompilations"]):],
+        "fallbacks": m1["fallbacks"][len(m0["fallbacks"]):],
+        "graph_break_counts": counted,
+        "graph_breaks": located,
+        "step_recompilations": per_step,
+    }
