@@ -1,7 +1,8 @@
 """Device memory statistics of torch.neuron (per logical NeuronCore).
 
-Everything here reads the device allocator's DeviceStats through
-torch.accelerator, so torch.neuron and torch.accelerator always agree.
+The statistics read the device allocator's DeviceStats through
+torch.accelerator, so torch.neuron and torch.accelerator always agree. The
+memory history and snapshots (at the end) come from the device core.
 """
 import pickle
 import sys
