@@ -6,6 +6,7 @@ import os
 # or this half-built tree): the build only needs torch itself.
 os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 
+import torch
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
@@ -17,7 +18,8 @@ setup(
         CppExtension(
             "torch_neuronx._C",
             sources,
-            include_dirs=[os.path.abspath("csrc")],
+            # kineto/: the headers of torch.profiler's activity-profiler plugin API (csrc/profiler).
+            include_dirs=[os.path.abspath("csrc"), os.path.join(os.path.dirname(torch.__file__), "include", "kineto")],
             extra_compile_args=["-O2", "-Wno-unused-parameter"],
         )
     ],

@@ -11,6 +11,7 @@
 #include "device/allocator.h"
 #include "device/device.h"
 #include "device/generator.h"
+#include "profiler/device_events.h"
 
 namespace neuron {
 namespace {
@@ -77,6 +78,7 @@ void cpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
 
   {
     ChargeCpuAllocationsTo charge(dev);
+    profiler::DeviceSpan span(profiler::SpanKind::Op, meta.name.c_str(), dev);
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
   }
 

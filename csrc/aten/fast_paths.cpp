@@ -10,6 +10,7 @@
 #include "aten/arg_check.h"
 #include "aten/op_meta.h"
 #include "device/allocator.h"
+#include "profiler/device_events.h"
 
 namespace neuron {
 
@@ -109,6 +110,7 @@ struct Unboxed<Op, R(A...)> {
     std::tuple<decltype(call.in(std::forward<A>(args)))...> converted{call.in(std::forward<A>(args))...};
     call.before_run();
     ChargeCpuAllocationsTo charge(call.device());
+    profiler::DeviceSpan span(profiler::SpanKind::Op, meta.name.c_str(), call.device());
     auto run_cpu = [](auto&&... a) -> R { return Op::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), a...); };
     if constexpr (std::is_reference_v<R>) {
       return call.out_ref(std::apply(run_cpu, converted));

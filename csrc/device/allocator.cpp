@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "device/device.h"
+#include "profiler/memory_history.h"
 
 namespace neuron {
 namespace {
@@ -34,12 +35,14 @@ std::string format_bytes(uint64_t n) {
 }
 
 void free_device_memory(void* ptr) {
+  if (profiler::memory_recording()) profiler::on_free(ptr);
   if (ptr) rt::Runtime::get().free(ptr);
 }
 
 [[noreturn]] void raise_oom(c10::DeviceIndex device, size_t nbytes, rt::AllocStatus status) {
   auto c = rt::Runtime::get().memory(device);
   const uint64_t free_bytes = c.capacity > c.reserved_current ? c.capacity - c.reserved_current : 0;
+  if (profiler::memory_recording()) profiler::on_oom(device, nbytes, free_bytes);
   if (status == rt::AllocStatus::OutOfHostMemory) {
     TORCH_CHECK_WITH(OutOfMemoryError, false, "Neuron out of memory. Tried to allocate ", format_bytes(nbytes),
                      " on neuron:", static_cast<int>(device), ": the simulator's host memory is exhausted (device has ",
@@ -63,6 +66,7 @@ c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes) {
   void* ptr = nullptr;
   auto status = rt::Runtime::get().allocate(device, nbytes, &ptr);
   if (status != rt::AllocStatus::Ok) raise_oom(device, nbytes, status);
+  if (profiler::memory_recording()) profiler::on_alloc(device, ptr, nbytes);
   return {ptr, ptr, &free_device_memory, c10::Device(kNeuron, device)};
 }
 
@@ -148,6 +152,7 @@ struct ChargingCpuAllocator final : c10::Allocator {
 ChargingCpuAllocator g_charging_cpu;
 
 void ChargingCpuAllocator::raw_free(void* ptr) {
+  if (profiler::memory_recording() && rt::Runtime::started()) profiler::on_free(ptr);
   if (rt::Runtime::started() && rt::Runtime::get().free(ptr)) return;
   if (g_charging_cpu.base_raw_deleter) g_charging_cpu.base_raw_deleter(ptr);
 }

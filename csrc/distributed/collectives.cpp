@@ -209,6 +209,7 @@ void collective_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch
   ensure_cpu_backend(pg);
 
   auto post = std::make_shared<PostProcess>();
+  post->span.begin(profiler::SpanKind::Collective, opname, dev >= 0 ? dev : current_device());
   if (reduce_idx >= 0) {
     auto rop = (*stack)[base + reduce_idx].toCustomClass<c10d::ReduceOp>();
     const auto kind = rop->op_;

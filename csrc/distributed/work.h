@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "profiler/device_events.h"
+
 namespace neuron {
 
 using ViewMap = std::vector<std::pair<const c10::TensorImpl*, at::Tensor>>;  // CPU view -> neuron tensor
@@ -25,10 +27,12 @@ struct PostProcess {
   std::vector<at::Tensor> targets;  // CPU views of the outputs
   int64_t divisor = 1;
   std::function<void()> then;
+  profiler::AsyncSpan span;  // the collective's device event
 
   void run() {
     std::call_once(once, [this] {
       if (then) then();
+      span.end();
       if (divisor == 1) return;
       for (auto& t : targets) {
         if (!t.defined() || t.numel() == 0) continue;

@@ -13,6 +13,7 @@
 #include "device/device.h"
 #include "device/generator.h"
 #include "distributed/collectives.h"
+#include "profiler/python.h"
 
 namespace py = pybind11;
 using namespace neuron;
@@ -106,4 +107,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_executed_ops", &executed_ops);
   m.def("_fallback_ops", &fallback_ops);
   m.def("_clear_op_tracking", &clear_op_tracking);
+  profiler::bind(m);
 }

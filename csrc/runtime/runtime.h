@@ -26,6 +26,16 @@ struct MemoryCounters {
   uint64_t capacity = 0;
 };
 
+// One block the core's allocator holds: a live allocation (nbytes as
+// requested, in a block of `block` bytes) or a freed block kept for reuse.
+struct BlockInfo {
+  int device = -1;
+  const void* ptr = nullptr;
+  size_t nbytes = 0;
+  size_t block = 0;
+  bool cached = false;
+};
+
 enum class AllocStatus { Ok, OutOfDeviceMemory, OutOfHostMemory };
 
 // The process-wide runtime. Cheap to call; built on first use.
@@ -57,6 +67,9 @@ class Runtime {
   void synchronize(int device);
 
   MemoryCounters memory(int device) const;
+  // Every block of every core (memory snapshots); and the live block at ptr.
+  std::vector<BlockInfo> blocks() const;
+  bool live_block(const void* ptr, BlockInfo* out) const;
   void reset_peak(int device);
   void reset_accumulated(int device);
 

@@ -177,6 +177,26 @@ MemoryCounters Runtime::memory(int device) const {
   return state_->counters.at(device);
 }
 
+std::vector<BlockInfo> Runtime::blocks() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  std::vector<BlockInfo> out;
+  out.reserve(state_->live.size());
+  for (const auto& [p, l] : state_->live) out.push_back({l.device, p, l.nbytes, block_bytes(l.nbytes), false});
+  for (int d = 0; d < device_count(); ++d)
+    for (int cls = 0; cls < kNumClasses; ++cls)
+      for (void* p = state_->caches[d].heads[cls]; p; p = *static_cast<void**>(p))
+        out.push_back({d, p, 0, class_bytes(cls), true});
+  return out;
+}
+
+bool Runtime::live_block(const void* ptr, BlockInfo* out) const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  auto it = state_->live.find(ptr);
+  if (it == state_->live.end()) return false;
+  *out = {it->second.device, ptr, it->second.nbytes, block_bytes(it->second.nbytes), false};
+  return true;
+}
+
 void Runtime::reset_peak(int device) {
   std::lock_guard<std::mutex> lock(state_->mu);
   auto& c = state_->counters.at(device);

@@ -217,8 +217,9 @@ def _register_codegen() -> None:
     class NeuronDeviceOpOverrides(CpuDeviceOpOverrides):
         # Generated wrappers switch the current core around a graph's kernels
         # so buffers of a model on neuron:N are allocated on core N.
+        # The second manager times the graph on the device for torch.profiler.
         def device_guard(self, device_idx: int) -> str:
-            return f"torch.neuron.device({device_idx})"
+            return f"torch.neuron.device({device_idx}), torch.neuron._compiled_graph({device_idx})"
 
         def set_device(self, device_idx: int) -> str:
             return "pass"  # the guard above already made the core current

@@ -19,6 +19,7 @@ import torch
 
 from . import _inductor_glue as glue
 from . import cache, metrics
+from ..profiler import _graphs as _profiler_graphs
 
 SUPPORTED_OPTIONS = ("model_name", "fallback_execution")
 
@@ -229,6 +230,7 @@ def _compile(gm, example_inputs: list, opts: _Options, graph_name: str, names: l
 
     def on_inner_compile(inner_gm, compiled, is_backward, seconds):
         kind = "backward" if is_backward else "forward"
+        _profiler_graphs._register(compiled, f"{graph_name} {kind}")
         if first_call_done:  # AOTAutograd compiles the backward at the first backward()
             metrics.add_compile_seconds(seconds)
             cache.record_entries(opts.model_name)

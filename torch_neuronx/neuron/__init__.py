@@ -22,6 +22,7 @@ from .device import (
     synchronize,
 )
 from . import amp
+from ..profiler._graphs import _compiled_graph
 from .memory import (
     empty_cache,
     max_memory_allocated,

@@ -1,10 +1,15 @@
 """Device memory statistics of torch.neuron (per logical NeuronCore).
 
-Everything here reads the device allocator's DeviceStats through
-torch.accelerator, so torch.neuron and torch.accelerator always agree.
+The statistics read the device allocator's DeviceStats through
+torch.accelerator, so torch.neuron and torch.accelerator always agree. The
+memory history and snapshots (at the end) come from the device core.
 """
+import pickle
+import sys
+
 import torch
 
+from .. import _C
 from .device import _checked
 
 # Tensors hold "allocated" bytes (as requested); the core's caching allocator
@@ -108,3 +113,66 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
     lines.append(f"| {'Tensor allocations':<22}| {cur:>11} | {peak:>11} | {tot:>11} | {freed:>11} |")
     lines.append(f"|{'=' * _INNER}|")
     return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- #
+# Memory history and snapshots, as torch.cuda.memory's: the snapshot has the
+# same format, so torch.cuda._memory_viz and https://pytorch.org/memory_viz
+# read it.
+# --------------------------------------------------------------------------- #
+_ENABLED = (None, "state", "all")
+_CONTEXT = (None, "state", "alloc", "all")
+_STACKS = ("python", "all")
+
+
+def _record_memory_history(enabled="all", context="all", stacks="all", max_entries: int = sys.maxsize,
+                           device=None, clear_history: bool = False) -> None:
+    """Start (or with ``enabled=None`` stop) recording neuron allocations with their stack traces.
+
+    As ``torch.cuda.memory._record_memory_history``: ``enabled="state"`` keeps
+    the stacks of live allocations, ``"all"`` also a trace of every alloc/free
+    (the last ``max_entries`` per device). ``context`` picks which events get
+    stacks (``"state"``/``"alloc"``: allocations, ``"all"``: frees too), and
+    ``stacks="all"`` adds C++ frames to the Python ones. Every device is
+    recorded; ``device`` is accepted for compatibility. Stopping discards the
+    recorded history.
+    """
+    if enabled not in _ENABLED:
+        raise ValueError(f"_record_memory_history: enabled must be one of {_ENABLED}, got {enabled!r}")
+    if context not in _CONTEXT:
+        raise ValueError(f"_record_memory_history: context must be one of {_CONTEXT}, got {context!r}")
+    if stacks not in _STACKS:
+        raise ValueError(f"_record_memory_history: stacks must be one of {_STACKS}, got {stacks!r}")
+    if not isinstance(max_entries, int) or max_entries <= 0:
+        raise ValueError(f"_record_memory_history: max_entries must be a positive int, got {max_entries!r}")
+    if device is not None:
+        _checked(device)
+    _C._memory_record_history(
+        enabled=enabled is not None,
+        trace_alloc=enabled == "all",
+        frames_alloc=context is not None,
+        frames_free=context == "all",
+        cpp=stacks == "all",
+        max_entries=min(max_entries, 2**63 - 1),
+        clear=clear_history,
+    )
+
+
+def _snapshot(device=None) -> dict:
+    """The allocator's state and recorded history in the format of ``torch.cuda.memory._snapshot()``.
+
+    ``segments`` lists every block the cores' allocators hold (live blocks with
+    the stack that allocated them, if recorded; cached free blocks as
+    ``inactive``), ``device_traces`` the recorded alloc/free_requested/
+    free_completed/oom events per device.
+    """
+    if device is not None:
+        _checked(device)
+    return _C._memory_snapshot()
+
+
+def _dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
+    """Pickle :func:`_snapshot` to ``filename`` (open it at https://pytorch.org/memory_viz)."""
+    snapshot = _snapshot()
+    with open(filename, "wb") as f:
+        pickle.dump(snapshot, f)
