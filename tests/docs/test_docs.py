@@ -27,7 +27,8 @@ from helpers import REPO, worker_env
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 GUIDES = ["README.md", "device.md", "configuration.md", "compile.md", "distributed.md", "huggingface.md",
-          "diffusers.md", "nki.md", "tools.md", "fidelity.md", "architecture.md", "benchmarks.md"]
+          "diffusers.md", "nki.md", "tools.md", "fidelity.md", "architecture.md", "benchmarks.md",
+          "readiness.md", "profiling.md"]
 FENCE = re.compile(r"^(`{3,}|~{3,})\s*([\w+-]*)\s*$")
 MARKER = re.compile(r"^<!--\s*([\w\s,]+?)\s*-->\s*$")
 MARKER_WORDS = {"fragment", "run", "slow"}
