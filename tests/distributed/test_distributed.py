@@ -180,6 +180,24 @@ def test_two_nodes_sft_example_tp2_fsdp2(tmp_path):
     assert [line.split()[4] for line in mem] == ["0", "0", "1", "1"], mem  # node of each rank
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_sft_example_tp4_fsdp8_32_ranks_on_trn2_48xlarge(tmp_path):
+    """A full trn2.48xlarge (64 logical cores at LNC=2): 32 ranks, TP 4 x FSDP 8, bf16,
+    packed, padded to 128; the checkpoint reloads on CPU with the sharded model's logits.
+    Prints each rank's host memory."""
+    from torch_neuronx._hf_demo_utils import build_base_checkpoint
+
+    base = build_base_checkpoint(str(tmp_path / "base"))
+    out = torchrun(32, "sft_mesh_worker.py", 4, 8, base, tmp_path / "out", 3, timeout=1200,
+                   env={"TORCH_NEURONX_INSTANCE_TYPE": "trn2.48xlarge"})
+    mem = [line for line in out.splitlines() if line.startswith("MEM")]
+    print("\n".join(mem))
+    assert "SFT MESH OK tp=4 fsdp=8" in out, out[-4000:]
+    peaks = [int(line.rsplit("peak_rss=", 1)[1]) for line in mem if line.startswith("MEM rank")]
+    assert len(peaks) == 32 and max(peaks) < 1024, peaks  # MiB per rank
+
+
 @pytest.fixture(scope="module")
 def tiny_llama_dir(tmp_path_factory):
     from transformers import LlamaConfig, LlamaForCausalLM

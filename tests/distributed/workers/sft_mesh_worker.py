@@ -76,7 +76,7 @@ def main():
     w = trainer.model.model.layers[0].self_attn.q_proj.weight
     assert w.device_mesh.device_type == "neuron" and w.to_local().device == dev, w
     mesh = dict(zip(w.device_mesh.mesh_dim_names, w.device_mesh.shape))
-    assert mesh.get("tp") == tp and mesh.get("fsdp") == fsdp, mesh
+    assert mesh.get("tp", 1) == tp and mesh.get("fsdp", 1) == fsdp, mesh
 
     t_train = time.monotonic()
     trainer.train()
