@@ -4,7 +4,8 @@ world sizes, in one run.
 
     python benchmarks/collectives.py [--ranks 2,4,8] [--max-mib 16] [--rounds 5]
 
-The script launches itself once per world size under ``torchrun --standalone`` and prints one
+The script launches itself once per world size under ``torchrun --standalone`` (on a
+simulated trn2.48xlarge unless TORCH_NEURONX_INSTANCE_TYPE says otherwise) and prints one
 table. Bus bandwidth follows nccl-tests: algbw = bytes / time, busbw = algbw x 2(n-1)/n for
 all_reduce and x (n-1)/n for all_gather / reduce_scatter / all_to_all, where bytes is the
 full (gathered / pre-scatter) buffer. Each row is the median of alternating timed blocks
@@ -109,7 +110,8 @@ def launch(args):
     for n in args.ranks:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}", __file__,
                "--max-mib", str(args.max_mib), "--rounds", str(args.rounds), "--iters", str(args.iters)]
-        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        # one rank per logical core: a trn2.48xlarge (64 at LNC=2) unless an instance is chosen
+        env = {"OMP_NUM_THREADS": "1", "TORCH_NEURONX_INSTANCE_TYPE": "trn2.48xlarge", **os.environ}
         t0 = time.perf_counter()
         p = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if p.returncode:
