@@ -7,7 +7,8 @@
 // backend, which gloo rejects. We replace those kernels: each neuron tensor
 // argument (Tensor, Tensor[], Tensor[][]) becomes a CPU view of the same
 // memory, and the op is redispatched to its CPU kernel, which runs it on the
-// process group's CPU backend (gloo, over TCP). Nothing is copied.
+// process group's CPU backend (gloo, over TCP). Nothing is copied (except
+// non-contiguous tensors, below).
 //
 // On top of gloo this layer provides what gloo lacks:
 //   * ReduceOp.AVG: SUM, then the outputs are divided by the group size once
@@ -15,9 +16,12 @@
 //   * ReduceOp.PREMUL_SUM(f): the inputs are multiplied by f, then SUM. In-place
 //     collectives (all_reduce, reduce) scale their in/out tensor; the others
 //     (reduce_scatter*) scale copies, so their inputs are left untouched.
-// The Work returned wraps gloo's: it applies the AVG division, and its
-// result() / getFuture() give the neuron tensors instead of the CPU views
-// (DDP's reducer builds gradient views from the future's value).
+//   * NCCL's argument rules where gloo's differ: tensor collectives need only
+//     matching element counts (gloo wants shapes), and non-contiguous tensors
+//     work, by copy-in/copy-out (gloo would treat them as dense blocks).
+// The Work returned wraps gloo's: it applies the AVG division and the copy-out,
+// and its result() / getFuture() give the neuron tensors instead of the CPU
+// views (DDP's reducer builds gradient views from the future's value).
 #include "neuron.h"
 
 #include <ATen/MemoryOverlap.h>
