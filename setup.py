@@ -9,14 +9,15 @@ os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
-sources = sorted(glob.glob("csrc/*.cpp") + glob.glob("csrc/runtime/*.cpp"))
+# Every .cpp under csrc/ except the runtime's stand-alone C++ tests.
+sources = sorted(p for p in glob.glob("csrc/**/*.cpp", recursive=True) if "/tests/" not in p)
 
 setup(
     ext_modules=[
         CppExtension(
             "torch_neuronx._C",
             sources,
-            include_dirs=["csrc"],
+            include_dirs=[os.path.abspath("csrc")],
             extra_compile_args=["-O2", "-Wno-unused-parameter"],
         )
     ],

@@ -29,6 +29,10 @@ def register():
         _compat.apply()
         distributed.register_backend()  # c10d backend "neuron"
         _dynamo.register()  # torch.compile(backend="neuron"), lazily: see _dynamo
+        # The compile backend's metrics, under torch.neuron as in the real
+        # TorchNeuron; wired here so the device module never imports _dynamo.
+        device_module.get_dynamo_metrics = _dynamo.get_dynamo_metrics
+        device_module.reset_dynamo_metrics = _dynamo.reset_dynamo_metrics
         atexit.register(_C._shutdown_autograd_threads)
         _done = True
 

@@ -1,5 +1,5 @@
 // The runtime interface: the only surface the PyTorch layer uses to reach a
-// NeuronCore. The simulator in simulator.cpp implements it on host memory; a
+// NeuronCore. The simulator (simulator.cpp) implements it on host memory; a
 // hardware runtime would implement the same calls on the device driver.
 // Deliberately free of PyTorch headers so it can be swapped without touching
 // the registration code.
@@ -7,46 +7,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <string>
-#include <vector>
+
+#include "runtime/instance.h"
 
 namespace neuron::rt {
-
-// A validation error in the instance configuration (environment variables).
-struct ConfigError : std::exception {
-  explicit ConfigError(std::string msg) : msg_(std::move(msg)) {}
-  const char* what() const noexcept override { return msg_.c_str(); }
-  std::string msg_;
-};
-
-struct ChipSpec {
-  std::string name;            // "trn1", "trn2", "trn3"
-  int physical_cores = 0;      // NeuronCores per chip
-  uint64_t hbm_bytes = 0;      // HBM per chip
-  double hbm_bandwidth = 0;    // bytes per second per chip
-  double bf16_flops = 0;       // dense BF16 FLOP/s per chip
-  uint64_t sbuf_bytes = 0;     // SBUF per physical core
-  uint64_t psum_bytes = 0;     // PSUM per physical core
-  std::vector<int> lnc_allowed;
-};
-
-// One torch device: a logical NeuronCore.
-struct CoreInfo {
-  int index = 0;            // torch device index (position among visible cores)
-  int logical_id = 0;       // instance-wide logical core id
-  int chip = 0;             // chip ("neuron device") it lives on
-  std::vector<int> physical_cores;
-  uint64_t hbm_capacity = 0;
-};
-
-struct InstanceInfo {
-  std::string instance_type;
-  ChipSpec chip;
-  int num_chips = 0;
-  int lnc = 0;                    // physical cores per logical core
-  int logical_cores_total = 0;    // on the whole instance
-  std::vector<CoreInfo> visible;  // the cores this process may use
-};
 
 // allocated: bytes of live allocations as requested. reserved: what the
 // core's allocator holds, i.e. live blocks (rounded to their size class) plus
@@ -63,10 +27,6 @@ struct MemoryCounters {
 };
 
 enum class AllocStatus { Ok, OutOfDeviceMemory, OutOfHostMemory };
-
-// Parses the environment (NEURON_LOGICAL_NC_CONFIG, NEURON_RT_VISIBLE_CORES,
-// NEURON_RT_NUM_CORES, TORCH_NEURONX_INSTANCE_TYPE); throws ConfigError.
-InstanceInfo describe_instance();
 
 // The process-wide runtime. Cheap to call; built on first use.
 class Runtime {

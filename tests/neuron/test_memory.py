@@ -70,10 +70,10 @@ def test_peak_and_reset():
     assert torch.neuron.max_memory_allocated(1) == base
     stats = torch.neuron.memory_stats(1)
     for key in ("allocated_bytes.all.current", "reserved_bytes.all.peak", "active_bytes.all.allocated",
-                "num_alloc_retries", "num_ooms", "num_tensor_frees", "allocation_requests"):
+                "num_alloc_retries", "num_ooms", "allocation.all.freed", "allocation.all.allocated"):
         assert key in stats
     torch.neuron.reset_accumulated_memory_stats(1)
-    assert torch.neuron.memory_stats(1)["allocation_requests"] == 0
+    assert torch.neuron.memory_stats(1)["allocation.all.allocated"] == 0
     assert "Neuron memory summary" in torch.neuron.memory_summary(1)
     torch.neuron.empty_cache()
 
@@ -147,3 +147,23 @@ def test_accelerator_empty_cache_releases_every_core():
     torch.accelerator.empty_cache()
     assert all(torch.neuron.memory_reserved(i) >= torch.neuron.memory_allocated(i) for i in range(4))
     assert torch.accelerator.memory_reserved(0) == torch.neuron.memory_reserved(0)
+
+
+def test_memory_stats_are_the_accelerator_device_stats():
+    t = torch.ones(257, device="neuron:1")
+    assert torch.neuron.memory_stats(1) == dict(torch.accelerator.memory_stats(1))
+    assert torch.neuron.memory_stats("neuron:1")["allocated_bytes.all.current"] == torch.accelerator.memory_allocated(1)
+    del t
+
+
+def test_invalid_device_index_has_one_message():
+    torch.ones(1, device="neuron")  # torch.accelerator.memory_stats reads nothing before the first allocation
+    n = torch.neuron.device_count()
+    expected = f"Invalid device index neuron:{n}: this process sees {n} neuron devices"
+    for call in (torch.neuron.memory_stats, torch.neuron.memory_allocated, torch.neuron.mem_get_info,
+                 torch.neuron.get_device_properties, torch.neuron.synchronize, torch.neuron.set_device,
+                 torch.accelerator.memory_stats):
+        with pytest.raises(IndexError, match=expected):
+            call(n)
+    with pytest.raises(IndexError, match=expected):
+        torch.empty(1, device=f"neuron:{n}")

@@ -1,4 +1,9 @@
-"""``torch.neuron``: the device module of AWS Trainium (logical NeuronCores)."""
+"""``torch.neuron``: the device module of AWS Trainium (logical NeuronCores).
+
+``get_dynamo_metrics`` / ``reset_dynamo_metrics`` are lent to this module by
+the compile backend at registration (torch_neuronx._registration): the device
+module does not depend on the compiler.
+"""
 from .device import (
     _is_in_bad_fork,
     current_device,
@@ -16,7 +21,6 @@ from .device import (
     set_device,
     synchronize,
 )
-from .._dynamo import get_dynamo_metrics, reset_dynamo_metrics
 from .memory import (
     empty_cache,
     max_memory_allocated,

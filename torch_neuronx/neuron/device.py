@@ -2,33 +2,26 @@
 import dataclasses
 
 import torch
+from torch.accelerator._utils import _get_device_index
 
 from .. import _C
 
 
-def _index(device=None, optional=True) -> int:
-    """Device index of `device` (None: the current device)."""
-    if device is None:
-        return _C._current_device() if optional else 0
-    if isinstance(device, str):
-        device = torch.device(device)
-    if isinstance(device, torch.device):
-        if device.type != "neuron":
-            raise ValueError(f"Expected a neuron device, but got: {device}")
-        return _C._current_device() if device.index is None else device.index
-    if isinstance(device, int):
-        return device
-    raise TypeError(f"Invalid device {device!r}: expected an int, str or torch.device")
+def _index(device=None) -> int:
+    """Device index of `device` (None: the current device), resolved as torch.accelerator does.
+
+    The range check and its message live in C++ (every `_C` call that takes an
+    index makes it), as for torch.cuda and torch.xpu.
+    """
+    if device is not None and not isinstance(device, (int, str, torch.device)):
+        raise TypeError(f"Invalid device {device!r}: expected an int, str or torch.device")
+    return _get_device_index(device, optional=True)
 
 
 def _checked(device=None) -> int:
+    """Like _index, and raise IndexError (C++'s message) when no such device exists."""
     idx = _index(device)
-    count = _C._checked_device_count()
-    if not 0 <= idx < count:
-        raise IndexError(
-            f"Invalid device index neuron:{idx}: this process sees {count} neuron "
-            f"device{'s' if count != 1 else ''} (valid indices 0..{count - 1})"
-        )
+    _C._check_device_index(idx)
     return idx
 
 
@@ -65,7 +58,6 @@ def set_device(device) -> None:
     """Set the current neuron device for this process (threads inherit it)."""
     idx = _index(device)
     if idx >= 0:
-        _checked(idx)
         _C._set_device(idx)
 
 
@@ -153,4 +145,4 @@ def get_amp_supported_dtype() -> list:
 
 def synchronize(device=None) -> None:
     """Wait for all work on `device` (execution is synchronous in the simulator)."""
-    _C._synchronize(_checked(device))
+    _C._synchronize(_index(device))

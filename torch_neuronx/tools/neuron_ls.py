@@ -70,7 +70,8 @@ def collect() -> dict:
     Neuron device (chip) that has at least one visible logical core. Raises
     ``ValueError`` (from the runtime) if the environment configuration is invalid.
     """
-    import torch  # noqa: F401  (autoloads torch_neuronx)
+    import torch  # autoloads torch_neuronx
+
     from torch_neuronx import _C
 
     info = _C._instance_info()
@@ -98,7 +99,7 @@ def collect() -> dict:
         dev["neuroncore_ids"].append(core["logical_id"])
         dev["torch_device_indices"].append(core["index"])
         dev["physical_neuroncore_ids"].extend(core["physical_cores"])
-        dev["memory_used"] += _C._memory_counters(core["index"])["allocated_current"]
+        dev["memory_used"] += torch.neuron.memory_allocated(core["index"])
 
     return {
         "instance_type": info["instance_type"],

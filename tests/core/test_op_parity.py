@@ -18,7 +18,7 @@ Rules:
 
 Writes ``out/op_parity.json``.  Run with::
 
-    pytest -m slow tests/test_op_parity.py -s
+    pytest -m slow tests/core/test_op_parity.py -s
 """
 import collections
 import json
@@ -28,6 +28,7 @@ import time
 import traceback
 import warnings
 from itertools import islice
+from pathlib import Path
 
 import pytest
 import torch
@@ -39,7 +40,7 @@ DTYPES = (torch.float32, torch.bfloat16, torch.int64, torch.bool)
 GRAD_DTYPES = (torch.float32, torch.bfloat16)
 MAX_SAMPLES = 4
 MIN_PASS_RATE = 0.995
-REPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "out", "op_parity.json")
+REPORT = os.path.join(Path(__file__).resolve().parents[2], "out", "op_parity.json")
 
 # Ops whose result is not a function of their inputs (uninitialized memory).
 SKIP_OPS = {

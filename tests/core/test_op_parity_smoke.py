@@ -2,7 +2,7 @@
 ``neuron`` against CPU.  The simulator runs CPU's kernels, so results must be
 bitwise equal (random ops use the same seed on both devices).
 
-The full OpInfo-driven suite is tests/test_op_parity.py (marked slow).
+The full OpInfo-driven suite is tests/core/test_op_parity.py (marked slow).
 """
 import pytest
 import torch

@@ -22,231 +22,27 @@
 // The Work returned wraps gloo's: it applies the AVG division and the copy-out,
 // and its result() / getFuture() give the neuron tensors instead of the CPU
 // views (DDP's reducer builds gradient views from the future's value).
-#include "neuron.h"
-
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
+#include <torch/library.h>
 #include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
-#include <torch/library.h>
 
-#include <functional>
 #include <memory>
 #include <numeric>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
+
+#include "aten/alias_pool.h"
+#include "device/device.h"
+#include "distributed/collectives.h"
+#include "distributed/work.h"
 
 namespace neuron {
 namespace {
-
-using ViewMap = std::vector<std::pair<const c10::TensorImpl*, at::Tensor>>;  // CPU view -> neuron tensor
-
-// What runs once the collective has completed (ReduceOp.AVG's division, the
-// copy-out of an uneven all_to_all).
-struct PostProcess {
-  std::once_flag once;
-  std::vector<at::Tensor> targets;  // CPU views of the outputs
-  int64_t divisor = 1;
-  std::function<void()> then;
-  // (user's non-contiguous tensor, the contiguous copy the collective wrote)
-  std::vector<std::pair<at::Tensor, at::Tensor>> copy_back;
-
-  void run() {
-    std::call_once(once, [this] {
-      if (then) then();
-      if (divisor != 1) {
-        for (auto& t : targets) {
-          if (!t.defined() || t.numel() == 0) continue;
-          if (c10::isIntegralType(t.scalar_type(), /*includeBool=*/false))
-            t.div_(divisor, "trunc");
-          else
-            t.div_(divisor);
-        }
-      }
-      for (auto& [dst, src] : copy_back) dst.copy_(src);
-    });
-  }
-};
-
-at::Tensor to_neuron(const at::Tensor& t, const ViewMap& map) {
-  if (!t.defined()) return t;
-  for (const auto& [impl, n] : map)
-    if (impl == t.unsafeGetTensorImpl()) return n;
-  return t;
-}
-
-c10::IValue to_neuron(const c10::IValue& v, const ViewMap& map) {
-  if (v.isTensor()) return to_neuron(v.toTensor(), map);
-  if (v.isTensorList()) {
-    c10::List<at::Tensor> out;
-    for (const at::Tensor& t : v.toTensorList()) out.push_back(to_neuron(t, map));
-    return out;
-  }
-  if (v.isList()) {
-    auto list = v.toList();
-    c10::impl::GenericList out(list.elementType());
-    for (const c10::IValue& e : list) out.push_back(to_neuron(e, map));
-    return out;
-  }
-  return v;
-}
-
-class NeuronWork : public c10d::Work {
- public:
-  NeuronWork(c10::intrusive_ptr<c10d::Work> inner, std::shared_ptr<ViewMap> map, std::shared_ptr<PostProcess> post)
-      : c10d::Work(-1, inner->retrieveOpType()), inner_(std::move(inner)), map_(std::move(map)), post_(std::move(post)) {}
-
-  bool isCompleted() override {
-    if (!inner_->isCompleted()) return false;
-    if (inner_->isSuccess()) post_->run();
-    return true;
-  }
-  bool isSuccess() const override { return inner_->isSuccess(); }
-  std::exception_ptr exception() const override { return inner_->exception(); }
-  int sourceRank() const override { return inner_->sourceRank(); }
-  std::vector<at::Tensor> result() override {
-    auto r = inner_->result();
-    for (auto& t : r) t = to_neuron(t, *map_);
-    return r;
-  }
-  void synchronize() override {
-    inner_->synchronize();
-    post_->run();
-  }
-  bool wait(std::chrono::milliseconds timeout) override {
-    const bool ok = inner_->wait(timeout);
-    if (ok) post_->run();
-    return ok;
-  }
-  void blockCurrentStream() override { wait(kNoTimeout); }
-  void abort() override { inner_->abort(); }
-  float getDuration() const override { return inner_->getDuration(); }
-  uint64_t getSequencenumber() const override { return inner_->getSequencenumber(); }
-
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
-    std::lock_guard<std::mutex> lock(fut_mu_);
-    if (!fut_) {
-      auto inner_fut = inner_->getFuture();
-      auto map = map_;
-      auto post = post_;
-      // Captures no reference to this Work (the future outlives nothing here).
-      fut_ = inner_fut->then(
-          [map, post](c10::ivalue::Future& f) -> c10::IValue {
-            c10::IValue v = f.value();  // rethrows the collective's error
-            post->run();
-            return to_neuron(v, *map);
-          },
-          inner_fut->elementType());
-    }
-    return fut_;
-  }
-
- private:
-  c10::intrusive_ptr<c10d::Work> inner_;
-  std::shared_ptr<ViewMap> map_;
-  std::shared_ptr<PostProcess> post_;
-  std::mutex fut_mu_;
-  c10::intrusive_ptr<c10::ivalue::Future> fut_;
-};
-
-// ---------------------------------------------------------------------------
-// Coalescing (dist._coalescing_manager(group, device=neuron)): gloo has no
-// startCoalescing/endCoalescing. Between start and end, the works of the
-// group's collectives on neuron tensors are collected; end returns one Work
-// that completes when all of them have. (The "fast path" ops the manager
-// captures are issued as one coalesced collective just before end.)
-class CoalescedWork : public c10d::Work {
- public:
-  explicit CoalescedWork(std::vector<c10::intrusive_ptr<c10d::Work>> works)
-      : c10d::Work(-1, c10d::OpType::COALESCED), works_(std::move(works)) {}
-  bool isCompleted() override {
-    for (auto& w : works_)
-      if (!w->isCompleted()) return false;
-    return true;
-  }
-  bool isSuccess() const override {
-    for (auto& w : works_)
-      if (!w->isSuccess()) return false;
-    return true;
-  }
-  std::exception_ptr exception() const override {
-    for (auto& w : works_)
-      if (auto e = w->exception()) return e;
-    return nullptr;
-  }
-  std::vector<at::Tensor> result() override {
-    std::vector<at::Tensor> out;
-    for (auto& w : works_)
-      for (auto& t : w->result()) out.push_back(t);
-    return out;
-  }
-  void synchronize() override {
-    for (auto& w : works_) w->synchronize();
-  }
-  bool wait(std::chrono::milliseconds timeout) override {
-    bool ok = true;
-    for (auto& w : works_) ok = w->wait(timeout) && ok;
-    return ok;
-  }
-  void abort() override {
-    for (auto& w : works_) w->abort();
-  }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
-    c10::List<c10::intrusive_ptr<c10::ivalue::Future>> futs(
-        c10::FutureType::create(c10::ListType::create(c10::TensorType::get())));
-    for (auto& w : works_) futs.push_back(w->getFuture());
-    auto all = c10::collectAll(futs);
-    return all->then(
-        [](c10::ivalue::Future& f) -> c10::IValue {
-          c10::List<at::Tensor> out;
-          for (const c10::IValue& v : f.value().toList()) {
-            auto value = v.toFuture()->value();  // rethrows a collective's error
-            if (value.isTensorList())
-              for (const at::Tensor& t : value.toTensorList()) out.push_back(t);
-          }
-          return out;
-        },
-        c10::ListType::create(c10::TensorType::get()));
-  }
-
- private:
-  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
-};
-
-std::mutex g_coalesce_mu;
-std::unordered_map<const c10d::ProcessGroup*, std::vector<c10::intrusive_ptr<c10d::Work>>> g_coalescing;
-
-void track_for_coalescing(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const c10::intrusive_ptr<c10d::Work>& w) {
-  std::lock_guard<std::mutex> lock(g_coalesce_mu);
-  if (g_coalescing.empty()) return;
-  auto it = g_coalescing.find(pg.get());
-  if (it != g_coalescing.end()) it->second.push_back(w);
-}
-
-void start_coalescing(const std::string& group_name) {
-  auto pg = c10d::resolve_process_group(group_name);
-  std::lock_guard<std::mutex> lock(g_coalesce_mu);
-  // (a previous window left open by an exception in its body is dropped)
-  g_coalescing[pg.get()].clear();
-}
-
-c10::intrusive_ptr<c10d::Work> end_coalescing(const std::string& group_name) {
-  auto pg = c10d::resolve_process_group(group_name);
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  {
-    std::lock_guard<std::mutex> lock(g_coalesce_mu);
-    auto it = g_coalescing.find(pg.get());
-    TORCH_CHECK(it != g_coalescing.end(), "process group '", group_name, "' is not coalescing");
-    works = std::move(it->second);
-    g_coalescing.erase(it);
-  }
-  return c10::make_intrusive<CoalescedWork>(std::move(works));
-}
 
 bool is_class(const c10::TypePtr& t, const char* suffix) {
   auto cls = t->cast<c10::ClassType>();
@@ -342,7 +138,7 @@ bool uneven_all_to_all(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   c10::List<at::Tensor> outs;
   for (auto& t : outputs) outs.push_back(to_neuron(t, *map));
   torch::jit::push(*stack, std::move(outs));
-  c10::intrusive_ptr<c10d::Work> w = c10::make_intrusive<NeuronWork>(work, map, post);
+  c10::intrusive_ptr<c10d::Work> w = make_neuron_work(work, map, post);
   track_for_coalescing(pg, w);
   torch::jit::push(*stack, c10::IValue(std::move(w)));
   return true;
@@ -444,8 +240,8 @@ void collective_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch
       }
       return t;
     }
-    TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == c10::kStrided, opname, ": argument '", arg,
-                                "' is a ", t.layout(), " neuron tensor; collectives on neuron take dense tensors");
+    TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == c10::kStrided, opname, ": argument '", arg, "' is a ", t.layout(),
+                                " neuron tensor; collectives on neuron take dense tensors");
     const auto idx = t.device().index();
     if (dev < 0) {
       dev = idx;
@@ -487,7 +283,8 @@ void collective_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch
     } else if (v.isList()) {  // Tensor[][]
       auto list = v.toList();
       c10::impl::GenericList out(list.elementType());
-      for (const c10::IValue& e : list) out.push_back(e.isTensorList() ? c10::IValue(convert_list(e.toTensorList(), name)) : e);
+      for (const c10::IValue& e : list)
+        out.push_back(e.isTensorList() ? c10::IValue(convert_list(e.toTensorList(), name)) : e);
       v = std::move(out);
     } else if (is_class(args[i].type(), "c10d.ReduceOp")) {
       reduce_idx = static_cast<int>(i);
@@ -495,8 +292,9 @@ void collective_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch
       pg_idx = static_cast<int>(i);
     }
   }
-  TORCH_CHECK(cpu_arg.empty() || dev < 0, opname, ": expected all tensors of the collective on neuron:",
-              static_cast<int>(dev), ", but argument '", cpu_arg, "' has a tensor on ", cpu_device,
+  TORCH_CHECK(cpu_arg.empty() || dev < 0, opname,
+              ": expected all tensors of the collective on neuron:", static_cast<int>(dev), ", but argument '", cpu_arg,
+              "' has a tensor on ", cpu_device,
               ". Move it with .to('neuron') (or run the whole collective on CPU tensors).");
   TORCH_CHECK(pg_idx >= 0, opname, ": no process group argument");
   auto pg = (*stack)[base + pg_idx].toCustomClass<c10d::ProcessGroup>();
@@ -562,7 +360,7 @@ void collective_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch
     c10::IValue& v = (*stack)[i];
     if (is_class(schema.returns()[i - (stack->size() - nrets)].type(), "c10d.Work")) {
       auto inner = v.toCustomClass<c10d::Work>();
-      c10::intrusive_ptr<c10d::Work> w = c10::make_intrusive<NeuronWork>(std::move(inner), map, post);
+      c10::intrusive_ptr<c10d::Work> w = make_neuron_work(std::move(inner), map, post);
       track_for_coalescing(pg, w);
       v = c10::IValue(std::move(w));
     } else {
@@ -579,8 +377,6 @@ struct SilentWarnings : c10::WarningHandler {
 
 }  // namespace
 
-// Replaces the PrivateUse1 kernels of all c10d ops that have one; returns how
-// many (idempotent).
 int register_collective_routes() {
   static std::unique_ptr<torch::Library> lib;
   static int count = -1;
@@ -588,8 +384,8 @@ int register_collective_routes() {
   count = 0;
   static SilentWarnings silent;
   c10::WarningUtils::WarningHandlerGuard guard(&silent);
-  lib = std::make_unique<torch::Library>(torch::Library::IMPL, "c10d", c10::DispatchKey::PrivateUse1, __FILE__,
-                                         __LINE__);
+  lib =
+      std::make_unique<torch::Library>(torch::Library::IMPL, "c10d", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   auto& d = c10::Dispatcher::singleton();
   for (const auto& name : d.getAllOpNames()) {
     if (name.name.rfind("c10d::", 0) != 0) continue;

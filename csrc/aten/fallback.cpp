@@ -1,0 +1,131 @@
+// The boxed fallback. Every op without an explicit kernel or fast path runs
+// here: neuron arguments become CPU aliases, the CPU kernel runs with its
+// allocations charged to the device, and its results become neuron tensors.
+#include "aten/fallback.h"
+
+#include <ATen/ATen.h>
+
+#include "aten/alias_table.h"
+#include "aten/arg_check.h"
+#include "aten/op_meta.h"
+#include "device/allocator.h"
+#include "device/device.h"
+#include "device/generator.h"
+
+namespace neuron {
+namespace {
+
+struct Converted {
+  at::Tensor neuron;
+  at::Tensor cpu;
+  bool mut;
+};
+
+}  // namespace
+
+void cpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  OpMeta& meta = meta_for(op);
+  const auto& schema = op.schema();
+  const size_t nargs = schema.arguments().size();
+  const size_t base = stack->size() - nargs;
+
+  AliasTable table;
+  c10::SmallVector<Converted, 8> conv;
+  ArgCheck check(meta, schema);
+
+  auto convert = [&](const at::Tensor& t, size_t i, bool allow_cpu) -> at::Tensor {
+    if (!check.is_neuron(t, static_cast<int>(i), allow_cpu)) return t;
+    auto c = table.alias(t);
+    conv.push_back({t, c, static_cast<bool>(meta.arg_mutable[i])});
+    return c;
+  };
+
+  for (size_t i = 0; i < nargs; ++i) {
+    c10::IValue& v = (*stack)[base + i];
+    if (v.isTensor()) {
+      v = convert(v.toTensor(), i, false);
+    } else if (v.isTensorList()) {
+      auto list = v.toTensorList();
+      c10::List<at::Tensor> out;
+      out.reserve(list.size());
+      for (const at::Tensor& t : list) out.push_back(convert(t, i, false));
+      v = std::move(out);
+    } else if (v.isList()) {
+      auto list = v.toList();
+      if (list.size() && (list.get(0).isTensor() || list.get(0).isNone())) {
+        c10::List<std::optional<at::Tensor>> out;
+        out.reserve(list.size());
+        for (const c10::IValue& e : list)
+          out.push_back(e.isTensor() ? std::optional<at::Tensor>(convert(e.toTensor(), i, meta.cpu_indices_ok))
+                                     : std::nullopt);
+        v = std::move(out);
+      }
+    } else if (v.isDevice()) {
+      auto d = v.toDevice();
+      if (d.type() == kNeuron) {
+        check.saw_device(d.has_index() ? d.index() : current_device());
+        v = c10::Device(c10::kCPU);
+      }
+    }
+  }
+  const c10::DeviceIndex dev = check.finish();
+
+  for (int i : meta.generator_args) {
+    c10::IValue& v = (*stack)[base + i];
+    v = cpu_engine_of(v.isNone() ? default_generator(dev) : v.toGenerator());
+  }
+
+  {
+    ChargeCpuAllocationsTo charge(dev);
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  }
+
+  if (!conv.empty()) {
+    table.sync_resized_storages(dev);
+    for (auto& c : conv) {
+      if (!c.mut) continue;
+      auto* nimpl = c.neuron.unsafeGetTensorImpl();
+      if (c.cpu.storage().unsafeGetStorageImpl() != c.neuron.storage().unsafeGetStorageImpl() &&
+          !c.cpu.storage().is_alias_of(c.neuron.storage())) {
+        // set_-style kernels swapped the storage.
+        bool same_entry = false;
+        for (auto& e : table.entries)
+          if (e.cpu.unsafeGetStorageImpl() == c.cpu.storage().unsafeGetStorageImpl() &&
+              e.neuron == c.neuron.storage().unsafeGetStorageImpl())
+            same_entry = true;
+        if (!same_entry) nimpl->set_storage_keep_dtype(table.neuron_storage_for(c.cpu.storage(), dev));
+      }
+      if (c.cpu.sizes() != c.neuron.sizes() || c.cpu.strides() != c.neuron.strides() ||
+          c.cpu.storage_offset() != c.neuron.storage_offset())
+        nimpl->set_sizes_and_strides(c.cpu.sizes(), c.cpu.strides(), c.cpu.storage_offset());
+    }
+  }
+
+  auto wrap = [&](const at::Tensor& r) -> at::Tensor {
+    if (!r.defined() || r.device().type() != c10::kCPU) return r;
+    for (auto& c : conv)
+      if (c.cpu.unsafeGetTensorImpl() == r.unsafeGetTensorImpl()) return c.neuron;
+    TORCH_CHECK_NOT_IMPLEMENTED(r.layout() == c10::kStrided, "'", meta.name, "' produced a ", r.layout(),
+                                " tensor: Trainium has no sparse kernels, so neuron supports only strided "
+                                "(dense) tensors. Run this op on CPU (tensor.cpu()) and move the dense "
+                                "result back with .to('neuron').");
+    return table.neuron_result(r, dev);
+  };
+
+  const size_t nrets = schema.returns().size();
+  for (size_t i = stack->size() - nrets; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (v.isTensor()) {
+      v = wrap(v.toTensor());
+    } else if (v.isTensorList()) {
+      auto list = v.toTensorList();
+      for (size_t j = 0; j < list.size(); ++j) list.set(j, wrap(list.get(j)));
+    } else if (v.isList()) {
+      auto list = v.toList();
+      for (size_t j = 0; j < list.size(); ++j)
+        if (list.get(j).isTensor()) list.set(j, wrap(list.get(j).toTensor()));
+    }
+  }
+}
+
+}  // namespace neuron

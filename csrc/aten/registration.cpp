@@ -1,0 +1,27 @@
+// The dispatch-key-wide registrations: every op without a kernel of its own
+// goes to the boxed fallback; sparse neuron tensors are rejected.
+#include <torch/library.h>
+
+#include "aten/fallback.h"
+
+namespace neuron {
+namespace {
+void reject_sparse(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack*) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "'", op.schema().name(),
+                              "' on a sparse neuron tensor: Trainium has no sparse "
+                              "kernels, so neuron supports only strided (dense) tensors. Keep sparse tensors on "
+                              "CPU and move dense results with .to('neuron').");
+}
+}  // namespace
+}  // namespace neuron
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&neuron::cpu_fallback>());
+}
+
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&neuron::reject_sparse>());
+}
+TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&neuron::reject_sparse>());
+}

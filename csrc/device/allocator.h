@@ -1,0 +1,31 @@
+// Memory of the `neuron` device as PyTorch sees it: the device allocator, the
+// CPU allocator that charges kernels' allocations to a device, and pinned
+// host memory.
+#pragma once
+
+#include <c10/core/Allocator.h>
+#include <c10/core/Device.h>
+
+namespace neuron {
+
+// The allocator of device memory (c10::GetAllocator(PrivateUse1)).
+c10::Allocator* device_allocator();
+c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes);
+
+// While alive, CPU allocations made by this thread (the CPU kernels run by the
+// fallback) are charged to `device` and may be adopted as device memory.
+struct ChargeCpuAllocationsTo {
+  explicit ChargeCpuAllocationsTo(c10::DeviceIndex device);
+  ~ChargeCpuAllocationsTo();
+  c10::DeviceIndex prev_;
+};
+// True when dp is host memory that the device's accounting already owns.
+bool is_device_memory(const c10::DataPtr& dp);
+// The allocator installed as CPU allocator (charges to the device when asked).
+c10::Allocator* charging_cpu_allocator();
+
+// Pinned host memory (DataLoader(pin_memory=True)).
+c10::Allocator* pinned_allocator();
+bool is_pinned(const void* ptr);
+
+}  // namespace neuron
