@@ -1,6 +1,7 @@
-"""torch.distributed on neuron: c10d backend "neuron", collectives, DDP, FSDP2,
-tensor/sequence parallel, FSDP x TP, DCP, transformers DistributedConfig,
-accelerate launch, and faults. Multi-process checks run under torchrun (or
+"""torch.distributed on neuron: c10d backend "neuron", collectives (with NCCL's argument
+rules), DDP, FSDP2, tensor/sequence parallel, FSDP x TP, DCP, transformers
+DistributedConfig, accelerate launch, examples/sft.py on 32 ranks and on two torchrun
+"nodes", and faults. Multi-process checks run under torchrun (or
 plain processes for the fault tests) from the workers in ./workers."""
 import datetime
 import socket
