@@ -192,7 +192,7 @@ def test_sft_example_tp4_fsdp8_32_ranks_on_trn2_48xlarge(tmp_path):
     base = build_base_checkpoint(str(tmp_path / "base"))
     out = torchrun(32, "sft_mesh_worker.py", 4, 8, base, tmp_path / "out", 3, timeout=1200,
                    env={"TORCH_NEURONX_INSTANCE_TYPE": "trn2.48xlarge"})
-    mem = [line for line in out.splitlines() if line.startswith("MEM")]
+    mem = [line for line in out.splitlines() if line.startswith(("MEM", "SFT MESH"))]
     print("\n".join(mem))
     assert "SFT MESH OK tp=4 fsdp=8" in out, out[-4000:]
     peaks = [int(line.rsplit("peak_rss=", 1)[1]) for line in mem if line.startswith("MEM rank")]
