@@ -7,7 +7,8 @@
 // backend, which gloo rejects. We replace those kernels: each neuron tensor
 // argument (Tensor, Tensor[], Tensor[][]) becomes a CPU view of the same
 // memory, and the op is redispatched to its CPU kernel, which runs it on the
-// process group's CPU backend (gloo, over TCP). Nothing is copied.
+// process group's CPU backend (gloo, over TCP). Nothing is copied (except
+// non-contiguous tensors, below).
 //
 // On top of gloo this layer provides what gloo lacks:
 //   * ReduceOp.AVG: SUM, then the outputs are divided by the group size once
@@ -15,9 +16,13 @@
 //   * ReduceOp.PREMUL_SUM(f): the inputs are multiplied by f, then SUM. In-place
 //     collectives (all_reduce, reduce) scale their in/out tensor; the others
 //     (reduce_scatter*) scale copies, so their inputs are left untouched.
-// The Work returned wraps gloo's: it applies the AVG division, and its
-// result() / getFuture() give the neuron tensors instead of the CPU views
-// (DDP's reducer builds gradient views from the future's value).
+//   * NCCL's argument rules where gloo's differ: tensor collectives need only
+//     matching element counts (gloo wants shapes), and non-contiguous tensors
+//     work, by copy-in/copy-out (gloo would treat them as dense blocks).
+// The Work returned wraps gloo's: it applies the AVG division and the copy-out,
+// and its result() / getFuture() give the neuron tensors instead of the CPU
+// views (DDP's reducer builds gradient views from the future's value).
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
@@ -139,6 +144,80 @@ bool uneven_all_to_all(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   return true;
 }
 
+// NCCL checks only element counts where gloo checks shapes: all_gather_into_tensor
+// of a (1, 2) tensor into a flat output, reduce_scatter_tensor of a (2, 2) input
+// into a (2,) output, and the list forms with same-sized tensors of other
+// shapes. Such tensors (contiguous by now) are given gloo as views of the shape
+// it expects; the views map back to the caller's tensors.
+at::Tensor view_as_mapped(const at::Tensor& t, at::IntArrayRef shape, ViewMap& map) {
+  if (t.sizes() == shape) return t;
+  auto v = t.view(shape);
+  map.emplace_back(v.unsafeGetTensorImpl(), to_neuron(t, map));
+  return v;
+}
+
+void check_same_dtype(const std::string& opname, const at::Tensor& out, const at::Tensor& in) {
+  TORCH_CHECK_TYPE(out.scalar_type() == in.scalar_type(), opname, ": output tensor has dtype ", out.scalar_type(),
+                   " but the input has ", in.scalar_type(), "; they must be equal");
+}
+
+// `flat` holds world x the elements of `part` (all_gather: output and input;
+// reduce_scatter: input and output): both become 1-D.
+void match_flat_pair(const std::string& opname, c10::IValue& flat, c10::IValue& part, int64_t world, bool gather,
+                     ViewMap& map) {
+  const at::Tensor f = flat.toTensor(), p = part.toTensor();
+  check_same_dtype(opname, gather ? f : p, gather ? p : f);
+  TORCH_CHECK_VALUE(f.numel() == world * p.numel(), opname, ": the ", gather ? "output" : "input",
+                    " tensor must have world_size (", world, ") times the elements of the ",
+                    gather ? "input" : "output", " tensor (", p.numel(), "), i.e. ", world * p.numel(),
+                    ", but it has ", f.numel(), " (shapes ", f.sizes(), " and ", p.sizes(), ")");
+  flat = view_as_mapped(f, {f.numel()}, map);
+  part = view_as_mapped(p, {p.numel()}, map);
+}
+
+// list[i][j] takes the shape of ref[i] when their element counts are equal.
+c10::IValue match_nested(const c10::IValue& list, const c10::IValue& ref, ViewMap& map) {
+  auto refs = ref.toTensorList();
+  auto outer = list.toList();
+  c10::impl::GenericList out(outer.elementType());
+  for (size_t i = 0; i < outer.size(); ++i) {
+    c10::List<at::Tensor> inner;
+    for (const at::Tensor& t : outer.get(i).toTensorList()) {
+      const bool same = i < refs.size() && t.defined() && t.numel() == refs.get(i).numel();
+      inner.push_back(same ? view_as_mapped(t, refs.get(i).sizes(), map) : t);
+    }
+    out.push_back(std::move(inner));
+  }
+  return out;
+}
+
+void match_shapes(const std::string& opname, torch::jit::Stack* stack, size_t base, int64_t world, ViewMap& map) {
+  c10::IValue& a0 = (*stack)[base];
+  c10::IValue& a1 = (*stack)[base + 1];
+  if (opname == "c10d::_allgather_base_" || opname == "c10d::_reduce_scatter_base_") {
+    const bool gather = opname == "c10d::_allgather_base_";
+    match_flat_pair(opname, gather ? a0 : a1, gather ? a1 : a0, world, gather, map);
+  } else if (opname == "c10d::allgather_into_tensor_coalesced_" ||
+             opname == "c10d::reduce_scatter_tensor_coalesced_") {
+    const bool gather = opname == "c10d::allgather_into_tensor_coalesced_";
+    auto outs = a0.toTensorList().vec(), ins = a1.toTensorList().vec();
+    TORCH_CHECK_VALUE(outs.size() == ins.size(), opname, ": ", outs.size(), " outputs but ", ins.size(), " inputs");
+    c10::List<at::Tensor> new_outs, new_ins;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      c10::IValue o(outs[i]), in(ins[i]);
+      match_flat_pair(opname, gather ? o : in, gather ? in : o, world, gather, map);
+      new_outs.push_back(o.toTensor());
+      new_ins.push_back(in.toTensor());
+    }
+    a0 = std::move(new_outs);
+    a1 = std::move(new_ins);
+  } else if (opname == "c10d::allgather_" || opname == "c10d::gather_") {
+    a0 = match_nested(a0, a1, map);  // output_tensors[i][r] ~ input_tensors[i]
+  } else if (opname == "c10d::reduce_scatter_" || opname == "c10d::scatter_") {
+    a1 = match_nested(a1, a0, map);  // input_tensors[i][r] ~ output_tensors[i]
+  }
+}
+
 void collective_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const auto& args = schema.arguments();
@@ -147,6 +226,7 @@ void collective_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch
   const std::string& opname = schema.name();
 
   auto map = std::make_shared<ViewMap>();
+  auto post = std::make_shared<PostProcess>();
   c10::DeviceIndex dev = -1;
   std::string cpu_arg;
   c10::Device cpu_device(c10::kCPU);
@@ -170,6 +250,18 @@ void collective_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch
                   arg, "' is on neuron:", static_cast<int>(idx), " and others on neuron:", static_cast<int>(dev));
     }
     auto c = cpu_view_of(t);
+    if (!c.is_contiguous()) {
+      // gloo reads and writes a tensor's memory as one dense block (NCCL
+      // rejects such tensors instead): the collective runs on a contiguous
+      // copy, which is copied back into the tensors it writes on completion.
+      const bool written = opname != "c10d::send" && arg.rfind("input", 0) != 0;
+      TORCH_CHECK_VALUE(!written || at::has_internal_overlap(c) != at::MemOverlap::Yes, opname, ": argument '", arg,
+                        "' has overlapping memory (e.g. an expanded tensor) and the collective writes it; "
+                        "pass a tensor that owns its memory (.clone())");
+      auto dense = c.contiguous();
+      if (written) post->copy_back.emplace_back(c, dense);
+      c = dense;
+    }
     map->emplace_back(c.unsafeGetTensorImpl(), t);
     return c;
   };
@@ -208,8 +300,9 @@ void collective_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch
   auto pg = (*stack)[base + pg_idx].toCustomClass<c10d::ProcessGroup>();
   ensure_cpu_backend(pg);
 
-  auto post = std::make_shared<PostProcess>();
+  match_shapes(opname, stack, base, pg->getSize(), *map);
   post->span.begin(profiler::SpanKind::Collective, opname, dev >= 0 ? dev : current_device());
+
   if (reduce_idx >= 0) {
     auto rop = (*stack)[base + reduce_idx].toCustomClass<c10d::ReduceOp>();
     const auto kind = rop->op_;

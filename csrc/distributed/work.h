@@ -1,6 +1,7 @@
 // The Work objects of collectives on neuron tensors: the wrapper of the CPU
-// backend's Work (neuron tensors in results, ReduceOp.AVG's division after
-// completion) and the coalescing window of dist._coalescing_manager.
+// backend's Work (neuron tensors in results; ReduceOp.AVG's division and the
+// copy-out of non-contiguous tensors after completion) and the coalescing
+// window of dist._coalescing_manager.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -21,26 +22,30 @@ namespace neuron {
 using ViewMap = std::vector<std::pair<const c10::TensorImpl*, at::Tensor>>;  // CPU view -> neuron tensor
 
 // What runs once the collective has completed (ReduceOp.AVG's division, the
-// copy-out of an uneven all_to_all).
+// copy-out of an uneven all_to_all, then of non-contiguous tensors).
 struct PostProcess {
   std::once_flag once;
   std::vector<at::Tensor> targets;  // CPU views of the outputs
   int64_t divisor = 1;
   std::function<void()> then;
   profiler::AsyncSpan span;  // the collective's device event
+  // (user's non-contiguous tensor, the contiguous copy the collective wrote)
+  std::vector<std::pair<at::Tensor, at::Tensor>> copy_back;
 
   void run() {
     std::call_once(once, [this] {
       if (then) then();
-      span.end();
-      if (divisor == 1) return;
-      for (auto& t : targets) {
-        if (!t.defined() || t.numel() == 0) continue;
-        if (c10::isIntegralType(t.scalar_type(), /*includeBool=*/false))
-          t.div_(divisor, "trunc");
-        else
-          t.div_(divisor);
+      if (divisor != 1) {
+        for (auto& t : targets) {
+          if (!t.defined() || t.numel() == 0) continue;
+          if (c10::isIntegralType(t.scalar_type(), /*includeBool=*/false))
+            t.div_(divisor, "trunc");
+          else
+            t.div_(divisor);
+        }
       }
+      for (auto& [dst, src] : copy_back) dst.copy_(src);
+      span.end();
     });
   }
 };

@@ -1,6 +1,7 @@
-"""torch.distributed on neuron: c10d backend "neuron", collectives, DDP, FSDP2,
-tensor/sequence parallel, FSDP x TP, DCP, transformers DistributedConfig,
-accelerate launch, and faults. Multi-process checks run under torchrun (or
+"""torch.distributed on neuron: c10d backend "neuron", collectives (with NCCL's argument
+rules), DDP, FSDP2, tensor/sequence parallel, FSDP x TP, DCP, transformers
+DistributedConfig, accelerate launch, examples/sft.py on 32 ranks and on two torchrun
+"nodes", and faults. Multi-process checks run under torchrun (or
 plain processes for the fault tests) from the workers in ./workers."""
 import datetime
 import socket
@@ -30,6 +31,29 @@ def torchrun(nproc, script, *args, timeout=300, env=None):
     out = p.stdout + p.stderr
     assert p.returncode == 0, f"{script} failed (rc {p.returncode}):\n{out[-6000:]}"
     return p.stdout
+
+
+def torchrun_nodes(nnodes, nproc_per_node, script, *args, timeout=600, env=None):
+    """`nnodes` torchrun invocations on this machine (--nnodes/--node-rank, one rendezvous
+    endpoint on localhost), as a multi-node job runs one per host; returns their outputs."""
+    endpoint = f"localhost:{_free_port()}"
+    procs = []
+    for node in range(nnodes):
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--node-rank={node}",
+               f"--nproc-per-node={nproc_per_node}", "--rdzv-backend=static", f"--rdzv-endpoint={endpoint}",
+               str(script), *map(str, args)]
+        procs.append(subprocess.Popen(cmd, env={**_env(), **(env or {})}, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    try:
+        outs = [p.communicate(timeout=timeout)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for node, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, f"node {node} of {script} failed (rc {p.returncode}):\n{out[-6000:]}"
+    return outs
 
 
 def _free_port():
@@ -111,6 +135,14 @@ def test_collectives(nproc, bind):
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
+@pytest.mark.parametrize("nproc,debug", [(2, "OFF"), (4, "DETAIL")], ids=["2proc", "4proc-DETAIL"])
+def test_collectives_accept_nccl_shapes_and_check_layouts(nproc, debug):
+    out = torchrun(nproc, "shapes_worker.py", env={"TORCH_DISTRIBUTED_DEBUG": debug})
+    assert out.count("SHAPES PASSED") == nproc, out
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
 def test_ddp_fsdp2_tp_dcp_match_single_process(tmp_path):
     modes = ["ddp", "ddp_hooks", "fsdp2", "fsdp2_bf16", "tp", "tp_sp", "dcp"]
     out = torchrun(2, "train_worker.py", ",".join(modes), tmp_path / "ckpt")
@@ -124,6 +156,47 @@ def test_ddp_fsdp2_tp_dcp_match_single_process(tmp_path):
 def test_fsdp_x_tp_2d_mesh_matches_single_process():
     out = torchrun(4, "train_worker.py", "fsdp_tp")
     assert out.count("MODE fsdp_tp OK") == 4, out
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_two_nodes_ddp_and_fsdp_x_tp_match_single_process():
+    """Two torchrun "nodes" of 2 ranks, each its own simulated trn2.3xlarge."""
+    outs = torchrun_nodes(2, 2, WORKERS / "train_worker.py", "nodes,ddp,fsdp_tp")
+    for node, out in enumerate(outs):
+        for mode in ("nodes", "ddp", "fsdp_tp"):
+            assert out.count(f"MODE {mode} OK") == 2, f"node {node}:\n{out[-4000:]}"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_two_nodes_sft_example_tp2_fsdp2(tmp_path):
+    """examples/sft.py with TP inside a node and FSDP across the two nodes."""
+    from torch_neuronx._hf_demo_utils import build_base_checkpoint
+
+    base = build_base_checkpoint(str(tmp_path / "base"))
+    outs = torchrun_nodes(2, 2, WORKERS / "sft_mesh_worker.py", 2, 2, base, tmp_path / "out", 3, timeout=900)
+    assert "SFT MESH OK tp=2 fsdp=2" in outs[0], outs[0][-4000:]
+    mem = [line for line in outs[0].splitlines() if line.startswith("MEM rank")]
+    assert [line.split()[4] for line in mem] == ["0", "0", "1", "1"], mem  # node of each rank
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_sft_example_tp4_fsdp8_32_ranks_on_trn2_48xlarge(tmp_path):
+    """A full trn2.48xlarge (64 logical cores at LNC=2): 32 ranks, TP 4 x FSDP 8, bf16,
+    packed, padded to 128; the checkpoint reloads on CPU with the sharded model's logits.
+    Prints each rank's host memory."""
+    from torch_neuronx._hf_demo_utils import build_base_checkpoint
+
+    base = build_base_checkpoint(str(tmp_path / "base"))
+    out = torchrun(32, "sft_mesh_worker.py", 4, 8, base, tmp_path / "out", 3, timeout=1200,
+                   env={"TORCH_NEURONX_INSTANCE_TYPE": "trn2.48xlarge"})
+    mem = [line for line in out.splitlines() if line.startswith(("MEM", "SFT MESH"))]
+    print("\n".join(mem))
+    assert "SFT MESH OK tp=4 fsdp=8" in out, out[-4000:]
+    peaks = [int(line.rsplit("peak_rss=", 1)[1]) for line in mem if line.startswith("MEM rank")]
+    assert len(peaks) == 32 and max(peaks) < 1024, peaks  # MiB per rank
 
 
 @pytest.fixture(scope="module")

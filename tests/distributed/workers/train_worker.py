@@ -2,7 +2,8 @@
 single-process run; plus a distributed-checkpoint round trip.
 
 Usage (under torchrun): train_worker.py MODE[,MODE...] [CKPT_DIR]
-Modes: ddp, ddp_hooks, fsdp2, fsdp2_bf16, tp, tp_sp, fsdp_tp (world 4: 2 x 2 mesh), dcp.
+Modes: ddp, ddp_hooks, fsdp2, fsdp2_bf16, tp, tp_sp, fsdp_tp (world 4: 2 x 2 mesh), dcp,
+nodes (the node layout of a multi-node torchrun and traffic across its nodes).
 Prints "MODE <mode> OK <losses>" per mode.
 """
 import copy
@@ -62,6 +63,33 @@ def full_state(model):
             for k, v in model.state_dict().items()}
 
 
+def _check_nodes(rank, world, local_rank, dev):
+    """torchrun's node layout (--nnodes N): ranks are node-major, each node is a simulated
+    instance of its own whose ranks own its cores 0..LOCAL_WORLD_SIZE-1, and collectives
+    and point-to-point traffic cross the nodes."""
+    node, per_node = int(os.environ["GROUP_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
+    assert rank == node * per_node + local_rank, (rank, node, per_node, local_rank)
+    props = torch.neuron.get_device_properties(local_rank)
+    assert props.logical_core_id == local_rank, props
+    views = [None] * world
+    dist.all_gather_object(views, (node, local_rank, props.instance_type, torch.neuron.device_count()))
+    assert [v[:2] for v in views] == [(r // per_node, r % per_node) for r in range(world)], views
+    assert len({v[2:] for v in views}) == 1, views  # every node simulates the same instance type
+    x = torch.full((3,), float(rank + 1), device=dev)
+    dist.all_reduce(x)
+    assert torch.equal(x.cpu(), torch.full((3,), world * (world + 1) / 2)), x
+    out = torch.empty(world, 2, device=dev)
+    dist.all_gather_into_tensor(out, torch.full((1, 2), float(rank), device=dev))
+    assert torch.equal(out.cpu(), torch.arange(world, dtype=torch.float32)[:, None].expand(world, 2)), out
+    peer = (rank + per_node) % world  # the same local rank on the next node
+    recv = torch.empty(2, device=dev)
+    ops = [dist.P2POp(dist.isend, torch.full((2,), float(rank), device=dev), peer),
+           dist.P2POp(dist.irecv, recv, (rank - per_node) % world)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    assert torch.equal(recv.cpu(), torch.full((2,), float((rank - per_node) % world))), recv
+
+
 def main():
     modes = sys.argv[1].split(",")
     ckpt_dir = sys.argv[2] if len(sys.argv) > 2 else None
@@ -96,6 +124,10 @@ def main():
         return model
 
     for mode in modes:
+        if mode == "nodes":
+            _check_nodes(rank, world, local_rank, dev)
+            print(f"rank {rank}: MODE nodes OK", flush=True)
+            continue
         if mode == "ddp":
             from torch.nn.parallel import DistributedDataParallel as DDP
 
