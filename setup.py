@@ -1,4 +1,5 @@
 """Builds the C++ device core (torch_neuronx._C) with torch.utils.cpp_extension."""
+
 import glob
 import os
 

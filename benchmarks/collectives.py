@@ -11,6 +11,7 @@ all_reduce and x (n-1)/n for all_gather / reduce_scatter / all_to_all, where byt
 full (gathered / pre-scatter) buffer. Each row is the median of alternating timed blocks
 (gloo first in even rounds, neuron first in odd ones), each block timed by its slowest rank.
 """
+
 import argparse
 import datetime
 import json
@@ -96,8 +97,9 @@ def worker(args):
         for op in OPS:
             c, n = _compare(op, nbytes, dev, world, iters, args.rounds, cpu_group)
             if dist.get_rank() == 0:
-                print("ROW " + json.dumps({"world": world, "bytes": nbytes, "op": op, "gloo": c, "neuron": n}),
-                      flush=True)
+                print(
+                    "ROW " + json.dumps({"world": world, "bytes": nbytes, "op": op, "gloo": c, "neuron": n}), flush=True
+                )
     dist.destroy_process_group()
 
 
@@ -108,8 +110,20 @@ def _fmt_size(nbytes):
 def launch(args):
     rows = []
     for n in args.ranks:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}", __file__,
-               "--max-mib", str(args.max_mib), "--rounds", str(args.rounds), "--iters", str(args.iters)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={n}",
+            __file__,
+            "--max-mib",
+            str(args.max_mib),
+            "--rounds",
+            str(args.rounds),
+            "--iters",
+            str(args.iters),
+        ]
         # one rank per logical core: a trn2.48xlarge (64 at LNC=2) unless an instance is chosen
         env = {"OMP_NUM_THREADS": "1", "TORCH_NEURONX_INSTANCE_TYPE": "trn2.48xlarge", **os.environ}
         t0 = time.perf_counter()
@@ -123,20 +137,28 @@ def launch(args):
     print("| ranks | size | op | gloo (CPU tensors) | neuron | ratio |")
     print("|---:|---:|---|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['world']} | {_fmt_size(r['bytes'])} | {r['op']} | {r['gloo']:.3f} | {r['neuron']:.3f} "
-              f"| {r['neuron'] / r['gloo']:.3f} |")
+        print(
+            f"| {r['world']} | {_fmt_size(r['bytes'])} | {r['op']} | {r['gloo']:.3f} | {r['neuron']:.3f} "
+            f"| {r['neuron'] / r['gloo']:.3f} |"
+        )
     big = [r["neuron"] / r["gloo"] for r in rows if r["bytes"] >= 16 << 20]
     if big:
         gm = math.exp(sum(math.log(x) for x in big) / len(big))
         print()
-        print(f"At >= 16 MiB: geometric mean ratio {gm:.3f}, lowest {min(big):.3f} over {len(big)} rows "
-              f"(target: >= 0.95)")
+        print(
+            f"At >= 16 MiB: geometric mean ratio {gm:.3f}, lowest {min(big):.3f} over {len(big)} rows "
+            f"(target: >= 0.95)"
+        )
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--ranks", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4, 8],
-                    help="comma-separated world sizes (default 2,4,8)")
+    ap.add_argument(
+        "--ranks",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[2, 4, 8],
+        help="comma-separated world sizes (default 2,4,8)",
+    )
     ap.add_argument("--max-mib", type=int, default=16, help="largest buffer in MiB (default 16)")
     ap.add_argument("--iters", type=int, default=0, help="iterations per timed block (default: by size)")
     ap.add_argument("--rounds", type=int, default=5, help="alternating gloo/neuron timed blocks per row")

@@ -16,6 +16,7 @@ Timed runs are interleaved and medians reported; ratios are medians of paired
     python benchmarks/compile.py --quick    # fewer repetitions
     python benchmarks/compile.py --json out.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,12 +53,12 @@ def timed(fn) -> float:
 
 def interleaved(runs: dict, reps: int, warmup: int) -> dict:
     names = list(runs)
-    for w in range(warmup):
+    for _w in range(warmup):
         for n in names:
             runs[n]()
     samples = {n: [] for n in names}
     for r in range(reps):
-        for n in (names if r % 2 == 0 else names[::-1]):
+        for n in names if r % 2 == 0 else names[::-1]:
             samples[n].append(timed(runs[n]))
     return samples
 
@@ -181,14 +182,33 @@ def table(results) -> str:
     fwd, chain, cw = results
     rows = [
         ("benchmark", "CPU Inductor", "neuron compiled", "neuron eager", "result", "target", "met"),
-        (fwd["name"], f"{fwd['ms']['cpu_inductor']:.2f} ms", f"{fwd['ms']['neuron_compiled']:.2f} ms",
-         f"{fwd['ms']['neuron_eager']:.2f} ms", f"{fwd['ratio_vs_cpu_inductor']:.3f}x CPU Inductor",
-         fwd["target"], "yes" if fwd["met"] else "NO"),
-        (chain["name"], "-", f"{chain['ms']['neuron_compiled']:.2f} ms", f"{chain['ms']['neuron_eager']:.2f} ms",
-         f"{chain['speedup_vs_neuron_eager']:.1f}x faster than eager", chain["target"], "yes" if chain["met"] else "NO"),
-        (cw["name"], "-", f"cold {cw['cold']['first_call_s']:.1f} s / warm {cw['warm']['first_call_s']:.1f} s", "-",
-         f"warm = {cw['warm_fraction']:.0%} of cold (hits {cw['warm']['hits']}, misses {cw['warm']['misses']})",
-         cw["target"], "yes" if cw["met"] else "NO"),
+        (
+            fwd["name"],
+            f"{fwd['ms']['cpu_inductor']:.2f} ms",
+            f"{fwd['ms']['neuron_compiled']:.2f} ms",
+            f"{fwd['ms']['neuron_eager']:.2f} ms",
+            f"{fwd['ratio_vs_cpu_inductor']:.3f}x CPU Inductor",
+            fwd["target"],
+            "yes" if fwd["met"] else "NO",
+        ),
+        (
+            chain["name"],
+            "-",
+            f"{chain['ms']['neuron_compiled']:.2f} ms",
+            f"{chain['ms']['neuron_eager']:.2f} ms",
+            f"{chain['speedup_vs_neuron_eager']:.1f}x faster than eager",
+            chain["target"],
+            "yes" if chain["met"] else "NO",
+        ),
+        (
+            cw["name"],
+            "-",
+            f"cold {cw['cold']['first_call_s']:.1f} s / warm {cw['warm']['first_call_s']:.1f} s",
+            "-",
+            f"warm = {cw['warm_fraction']:.0%} of cold (hits {cw['warm']['hits']}, misses {cw['warm']['misses']})",
+            cw["target"],
+            "yes" if cw["met"] else "NO",
+        ),
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"
@@ -209,13 +229,17 @@ def main(argv=None):
         os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] = d
         results = [bench_gpt2_forward(fwd_reps, 2), bench_chain(chain_reps, 3)]
     results.append(bench_cold_warm())
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
-          f"{time.perf_counter() - t0:.0f} s")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
+        f"{time.perf_counter() - t0:.0f} s"
+    )
     print(table(results))
     fwd = results[0]
-    print(f"GPT-2 max |neuron compiled - CPU eager| = {fwd['max_abs_err_vs_eager_cpu']:.2e}, "
-          f"vs CPU Inductor = {fwd['max_abs_err_vs_cpu_inductor']:.2e}; "
-          f"neuron compiled is {fwd['speedup_vs_neuron_eager']:.2f}x neuron eager")
+    print(
+        f"GPT-2 max |neuron compiled - CPU eager| = {fwd['max_abs_err_vs_eager_cpu']:.2e}, "
+        f"vs CPU Inductor = {fwd['max_abs_err_vs_cpu_inductor']:.2e}; "
+        f"neuron compiled is {fwd['speedup_vs_neuron_eager']:.2f}x neuron eager"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -57,8 +57,14 @@ def _step_times(pipe, kwargs: dict, steps: int) -> list[float]:
 
     generator = torch.Generator("cpu").manual_seed(0)
     with torch.inference_mode():
-        pipe(prompt="a red fox in the snow", num_inference_steps=steps, generator=generator, output_type="latent",
-             callback_on_step_end=on_step_end, **kwargs)
+        pipe(
+            prompt="a red fox in the snow",
+            num_inference_steps=steps,
+            generator=generator,
+            output_type="latent",
+            callback_on_step_end=on_step_end,
+            **kwargs,
+        )
     return [b - a for a, b in zip(stamps, stamps[1:])]
 
 
@@ -85,7 +91,7 @@ def main(argv=None) -> int:
     per_round = []  # {label: median step of that round}
     for r in range(args.rounds):
         this_round = {}
-        for label, _, _ in (CONFIGS if r % 2 == 0 else CONFIGS[::-1]):
+        for label, _, _ in CONFIGS if r % 2 == 0 else CONFIGS[::-1]:
             pipe, kwargs = prepared[label]
             times = _step_times(pipe, kwargs, args.steps)
             samples[label] += times
@@ -100,16 +106,22 @@ def main(argv=None) -> int:
 
     model = denoiser(prepared["cpu eager"][0])
     params = sum(p.numel() for p in model.parameters()) / 1e6
-    print(f"\n{args.pipeline} ({args.size}: {type(model).__name__}, {params:.1f} M params), "
-          f"{args.steps} steps x {args.rounds} rounds, torch threads {torch.get_num_threads()}\n")
+    print(
+        f"\n{args.pipeline} ({args.size}: {type(model).__name__}, {params:.1f} M params), "
+        f"{args.steps} steps x {args.rounds} rounds, torch threads {torch.get_num_threads()}\n"
+    )
     print("| configuration | s / step | vs cpu eager | vs cpu inductor |")
     print("|---|---|---|---|")
     for label, _, _ in CONFIGS:
-        print(f"| {label} | {med[label]:.4f} | {ratio(label, 'cpu eager'):.3f}x | "
-              f"{ratio(label, 'cpu inductor'):.3f}x |")
+        print(
+            f"| {label} | {med[label]:.4f} | {ratio(label, 'cpu eager'):.3f}x | "
+            f"{ratio(label, 'cpu inductor'):.3f}x |"
+        )
     vs_eager, vs_inductor = ratio("neuron compiled", "cpu eager"), ratio("neuron compiled", "cpu inductor")
-    print(f"\ntarget neuron compiled <= cpu eager: {'met' if vs_eager <= 1.0 else 'NOT met'} ({vs_eager:.3f}x); "
-          f"<= 1.05x cpu inductor: {'met' if vs_inductor <= 1.05 else 'NOT met'} ({vs_inductor:.3f}x)")
+    print(
+        f"\ntarget neuron compiled <= cpu eager: {'met' if vs_eager <= 1.0 else 'NOT met'} ({vs_eager:.3f}x); "
+        f"<= 1.05x cpu inductor: {'met' if vs_inductor <= 1.05 else 'NOT met'} ({vs_inductor:.3f}x)"
+    )
     return 0
 
 

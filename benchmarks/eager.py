@@ -20,6 +20,7 @@ less sensitive to other load on the machine than the ratio of the two medians
     python benchmarks/eager.py --json out.json # also save the results
     python benchmarks/eager.py --cpu-time      # process CPU time, 1 thread (busy machine)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -107,8 +108,7 @@ def _loop_view(n, x):
 MICRO_OPS = [
     # (label, loop fn, tensor factory(device) -> args)
     ("x.add_(1)  [1 elem]", _loop_add_inplace_scalar, lambda d: (torch.zeros(1, device=d),)),
-    ("torch.add(a, b)  [64 elem]", _loop_add_tensors,
-     lambda d: (torch.ones(64, device=d), torch.ones(64, device=d))),
+    ("torch.add(a, b)  [64 elem]", _loop_add_tensors, lambda d: (torch.ones(64, device=d), torch.ones(64, device=d))),
     ("x.mul_(1.0)  [64 elem]", _loop_mul_inplace_float, lambda d: (torch.ones(64, device=d),)),
     ("x.view(-1)  [64 elem]", _loop_view, lambda d: (torch.ones(64, device=d),)),
 ]
@@ -130,19 +130,21 @@ def bench_micro(rounds: int, iters: int) -> list[dict]:
         diffs = [n - c for c, n in zip(s["cpu"], s["neuron"])]
         cpu_us, neu_us = median(s["cpu"]), median(s["neuron"])
         overhead = median(diffs)  # median of paired (same-round) differences
-        results.append({
-            "kind": "per-op",
-            "name": label,
-            "cpu_us": cpu_us,
-            "neuron_us": neu_us,
-            "overhead_us": overhead,
-            "target_us": TARGET_OVERHEAD_US,
-            "met": overhead <= TARGET_OVERHEAD_US,
-            "rounds": rounds,
-            "iters_per_round": iters,
-            "samples_cpu_us": s["cpu"],
-            "samples_neuron_us": s["neuron"],
-        })
+        results.append(
+            {
+                "kind": "per-op",
+                "name": label,
+                "cpu_us": cpu_us,
+                "neuron_us": neu_us,
+                "overhead_us": overhead,
+                "target_us": TARGET_OVERHEAD_US,
+                "met": overhead <= TARGET_OVERHEAD_US,
+                "rounds": rounds,
+                "iters_per_round": iters,
+                "samples_cpu_us": s["cpu"],
+                "samples_neuron_us": s["neuron"],
+            }
+        )
     return results
 
 
@@ -261,24 +263,34 @@ def rows_for(results):
     rows = []
     for r in results:
         if r["kind"] == "per-op":
-            rows.append([
-                r["name"], f"{r['cpu_us']:.3f} us", f"{r['neuron_us']:.3f} us",
-                f"{r['overhead_us']:+.3f} us/op", f"<= {r['target_us']} us", "yes" if r["met"] else "NO",
-            ])
+            rows.append(
+                [
+                    r["name"],
+                    f"{r['cpu_us']:.3f} us",
+                    f"{r['neuron_us']:.3f} us",
+                    f"{r['overhead_us']:+.3f} us/op",
+                    f"<= {r['target_us']} us",
+                    "yes" if r["met"] else "NO",
+                ]
+            )
         else:
-            rows.append([
-                r["name"], f"{r['cpu_ms']:.2f} ms", f"{r['neuron_ms']:.2f} ms",
-                f"{r['ratio']:.3f}x (of medians {r['ratio_of_medians']:.3f})", f"<= {r['target_ratio']:.2f}x",
-                "yes" if r["met"] else "NO",
-            ])
+            rows.append(
+                [
+                    r["name"],
+                    f"{r['cpu_ms']:.2f} ms",
+                    f"{r['neuron_ms']:.2f} ms",
+                    f"{r['ratio']:.3f}x (of medians {r['ratio_of_medians']:.3f})",
+                    f"<= {r['target_ratio']:.2f}x",
+                    "yes" if r["met"] else "NO",
+                ]
+            )
     return rows
 
 
 def _ext_info(mod) -> dict:
     path = mod._C.__file__
     st = os.stat(path)
-    return {"path": path, "mtime": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.st_mtime)),
-            "size": st.st_size}
+    return {"path": path, "mtime": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.st_mtime)), "size": st.st_size}
 
 
 HEADERS = ["benchmark", "cpu", "neuron", "ratio / overhead", "target", "met?"]
@@ -316,15 +328,26 @@ def main(argv=None):
     p.add_argument("--json", metavar="PATH", help="save results as JSON")
     p.add_argument("--plain", action="store_true", help="plain-text table instead of rich")
     p.add_argument("--skip", default="", help="comma list of sections to skip: micro,fwd,train")
-    p.add_argument("--adamw-foreach", choices=["true", "false", "default"], default="true",
-                   help="AdamW implementation for both devices (default: true; 'default' lets torch "
-                        "choose per device, which differs between cpu and neuron)")
-    p.add_argument("--cpu-time", action="store_true",
-                   help="time with time.process_time and 1 intra-op thread instead of wall time "
-                        "(robust to other load on the machine)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="intra-op threads for both devices (default: torch.get_num_threads()); "
-                        "1 is far less sensitive to other load on a small machine")
+    p.add_argument(
+        "--adamw-foreach",
+        choices=["true", "false", "default"],
+        default="true",
+        help="AdamW implementation for both devices (default: true; 'default' lets torch "
+        "choose per device, which differs between cpu and neuron)",
+    )
+    p.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time with time.process_time and 1 intra-op thread instead of wall time "
+        "(robust to other load on the machine)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="intra-op threads for both devices (default: torch.get_num_threads()); "
+        "1 is far less sensitive to other load on a small machine",
+    )
     args = p.parse_args(argv)
 
     if not torch.neuron.is_available():
@@ -352,8 +375,9 @@ def main(argv=None):
 
     load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     if load0 > 0.5 * (os.cpu_count() or 1):
-        print(f"warning: load average is {load0:.2f} on {os.cpu_count()} CPUs; "
-              "timings will be noisy", file=sys.stderr)
+        print(
+            f"warning: load average is {load0:.2f} on {os.cpu_count()} CPUs; " "timings will be noisy", file=sys.stderr
+        )
     torch_neuronx.clear_op_tracking()
     results = []
     t_start = time.perf_counter()
@@ -369,25 +393,34 @@ def main(argv=None):
     elapsed = time.perf_counter() - t_start
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
 
-    title = (f"torch-neuronx eager vs CPU  (torch {torch.__version__}, {threads} threads, "
-             f"{'quick' if args.quick else 'full'} run, {'process CPU time' if args.cpu_time else 'wall time'}, "
-             f"{elapsed:.0f}s)")
+    title = (
+        f"torch-neuronx eager vs CPU  (torch {torch.__version__}, {threads} threads, "
+        f"{'quick' if args.quick else 'full'} run, {'process CPU time' if args.cpu_time else 'wall time'}, "
+        f"{elapsed:.0f}s)"
+    )
     print_table(results, title, plain=args.plain)
     notes = []
     for r in results:
         if "max_abs_logit_diff" in r:
-            notes.append(f"fwd: max |logits cpu - neuron| = {r['max_abs_logit_diff']:.3g}, "
-                         f"attention = {r['attn_implementation']}")
+            notes.append(
+                f"fwd: max |logits cpu - neuron| = {r['max_abs_logit_diff']:.3g}, "
+                f"attention = {r['attn_implementation']}"
+            )
         if "adamw_impl" in r:
-            notes.append(f"train: AdamW impl cpu={r['adamw_impl']['cpu']} neuron={r['adamw_impl']['neuron']}; "
-                         f"final loss cpu={r['final_loss_cpu']:.4f} neuron={r['final_loss_neuron']:.4f}")
+            notes.append(
+                f"train: AdamW impl cpu={r['adamw_impl']['cpu']} neuron={r['adamw_impl']['neuron']}; "
+                f"final loss cpu={r['final_loss_cpu']:.4f} neuron={r['final_loss_neuron']:.4f}"
+            )
     fallbacks = torch_neuronx.get_fallback_ops()
     if fallbacks:
-        notes.append("ops recorded as CPU fallback: " +
-                     ", ".join(f"{k} ({'; '.join(v)})" for k, v in fallbacks.items()))
+        notes.append(
+            "ops recorded as CPU fallback: " + ", ".join(f"{k} ({'; '.join(v)})" for k, v in fallbacks.items())
+        )
     if load is not None:
-        notes.append(f"load average after run: {load[0]:.2f} (machine has {os.cpu_count()} CPUs; "
-                     "other processes inflate noise)")
+        notes.append(
+            f"load average after run: {load[0]:.2f} (machine has {os.cpu_count()} CPUs; "
+            "other processes inflate noise)"
+        )
     for n in notes:
         print("  " + n)
 

@@ -12,6 +12,7 @@ per run and are timed separately.
     python benchmarks/readiness.py            # ~2-4 min on a busy 2-core machine
     python benchmarks/readiness.py --quick    # smoke run
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,16 @@ import torch_neuronx  # noqa: E402
 def _model(layers: int, d: int, heads: int, seq: int):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    cfg = GPT2Config(n_layer=layers, n_embd=d, n_head=heads, n_positions=seq, vocab_size=8192,
-                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    cfg = GPT2Config(
+        n_layer=layers,
+        n_embd=d,
+        n_head=heads,
+        n_positions=seq,
+        vocab_size=8192,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     torch.manual_seed(0)
     return GPT2LMHeadModel(cfg).to("neuron")
 
@@ -88,14 +97,18 @@ def main() -> None:
             ratios[k].append(got["readiness"][j] / got["plain"][j])
 
     params = sum(p.numel() for p in model.parameters()) / 1e6
-    print(f"GPT-2 {a.layers} layers, d={a.d}, {params:.1f}M params, batch {a.batch} x seq {a.seq}, AdamW; "
-          f"{a.rounds} rounds x {a.steps} steps; torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        f"GPT-2 {a.layers} layers, d={a.d}, {params:.1f}M params, batch {a.batch} x seq {a.seq}, AdamW; "
+        f"{a.rounds} rounds x {a.steps} steps; torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
     med = statistics.median
     print(f"{'':<34}{'wall s/step':>12}{'CPU s/step':>12}")
     print(f"{'plain eager on neuron':<34}{med(plain['wall']):>12.4f}{med(plain['cpu']):>12.4f}")
     print(f"{'under torch_neuronx.readiness()':<34}{med(recorded['wall']):>12.4f}{med(recorded['cpu']):>12.4f}")
-    print(f"{'overhead (median paired ratio)':<34}{med(ratios['wall']):>11.3f}x{med(ratios['cpu']):>11.3f}x"
-          "   (target <= 1.3x)")
+    print(
+        f"{'overhead (median paired ratio)':<34}{med(ratios['wall']):>11.3f}x{med(ratios['cpu']):>11.3f}x"
+        "   (target <= 1.3x)"
+    )
     print(f"{'start + report, once per run':<34}{statistics.median(report_s):>13.3f}s")
     for line in ctx.report.summary().splitlines():
         if line.strip().startswith("est."):

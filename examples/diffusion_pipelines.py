@@ -132,7 +132,7 @@ def _flow_scheduler():
 
 def _build_sd(s: _Size):
     from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
-    from transformers import CLIPTextConfig, CLIPTextModel
+    from transformers import CLIPTextModel
 
     tok = clip_tokenizer()
     ch = s.heads * s.head_dim // 2
@@ -156,9 +156,7 @@ def _build_sd(s: _Size):
         norm_num_groups=8,
     )
     text_encoder = CLIPTextModel(_clip_config(tok, s))
-    scheduler = DDIMScheduler(
-        beta_schedule="scaled_linear", clip_sample=False, set_alpha_to_one=False, steps_offset=1
-    )
+    scheduler = DDIMScheduler(beta_schedule="scaled_linear", clip_sample=False, set_alpha_to_one=False, steps_offset=1)
     pipe = StableDiffusionPipeline(
         vae=vae,
         text_encoder=text_encoder,
@@ -335,8 +333,13 @@ def _build_qwenimage(s: _Size):
     )
     z_dim = 4
     vae = AutoencoderKLQwenImage(
-        base_dim=8, z_dim=z_dim, dim_mult=[1, 2, 4], num_res_blocks=1, temperal_downsample=[False, True],
-        latents_mean=[0.0] * z_dim, latents_std=[1.0] * z_dim,
+        base_dim=8,
+        z_dim=z_dim,
+        dim_mult=[1, 2, 4],
+        num_res_blocks=1,
+        temperal_downsample=[False, True],
+        latents_mean=[0.0] * z_dim,
+        latents_std=[1.0] * z_dim,
     )
     pipe = QwenImagePipeline(
         scheduler=_flow_scheduler(), vae=vae, text_encoder=text_encoder, tokenizer=tok, transformer=transformer
@@ -356,7 +359,11 @@ def _build_qwenimage21(s: _Size):
     config = Qwen3VLConfig(
         text_config=text,
         vision_config=dict(
-            depth=1, hidden_size=16, intermediate_size=16, num_heads=2, out_hidden_size=s.text_hidden,
+            depth=1,
+            hidden_size=16,
+            intermediate_size=16,
+            num_heads=2,
+            out_hidden_size=s.text_hidden,
             deepstack_visual_indexes=[],
         ),
         vision_start_token_id=tok.convert_tokens_to_ids("<|vision_start|>"),
@@ -377,9 +384,14 @@ def _build_qwenimage21(s: _Size):
         axes_dims_rope=(quarter, quarter, 2 * quarter),
     )
     vae = AutoencoderKLQwenImage21(
-        base_dim=8, decoder_base_dim=8, z_dim=z_dim, dim_mult=[1, 1, 1, 1, 1], num_res_blocks=1,
+        base_dim=8,
+        decoder_base_dim=8,
+        z_dim=z_dim,
+        dim_mult=[1, 1, 1, 1, 1],
+        num_res_blocks=1,
         temperal_downsample=[False, True, True, True],
-        latents_mean=[0.0] * z_dim, latents_std=[1.0] * z_dim,
+        latents_mean=[0.0] * z_dim,
+        latents_std=[1.0] * z_dim,
     )
     pipe = QwenImage21Pipeline(
         scheduler=_flow_scheduler(), vae=vae, text_encoder=text_encoder, processor=processor, transformer=transformer

@@ -16,6 +16,7 @@ generated length. Under ``torchrun`` the model is loaded with ``tp_plan="auto"``
 
 ``--json OUT`` writes the generated token ids of every mode and the metrics.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,14 +45,27 @@ def make_tiny(directory: str, seed: int = 0) -> str:
     bpe = Tokenizer(models.BPE(unk_token=None))
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=512, special_tokens=["<pad>", "<s>", "</s>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=512,
+        special_tokens=["<pad>", "<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     bpe.train_from_iterator(text.splitlines(), trainer)
     tok = PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-                         eos_token_id=tok.eos_token_id, tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(seed)
     LlamaForCausalLM(config).save_pretrained(directory)
     tok.save_pretrained(directory)
@@ -72,14 +86,16 @@ def load(path: str, device: str):
         # transformers initialises process group "neuron" and shards while loading
         # (DistributedConfig(tp_plan=...) is the current spelling of from_pretrained(tp_plan="auto"))
         model = AutoModelForCausalLM.from_pretrained(
-            path, distributed_config=DistributedConfig(tp_plan="auto"), dtype=torch.float32)
+            path, distributed_config=DistributedConfig(tp_plan="auto"), dtype=torch.float32
+        )
     else:
         model = AutoModelForCausalLM.from_pretrained(path, device_map=device, dtype=torch.float32)
     return model.eval(), tok
 
 
-def generate(model, tok, mode: str, static: bool, max_new_tokens: int, seed: int,
-             max_cache_len: int | None = None) -> list[list[int]]:
+def generate(
+    model, tok, mode: str, static: bool, max_new_tokens: int, seed: int, max_cache_len: int | None = None
+) -> list[list[int]]:
     """Token ids (prompt + new) for PROMPTS, left-padded in one batch."""
     enc = tok(PROMPTS, return_tensors="pt", padding=True).to(model.device)
     kw = dict(max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id)
@@ -140,10 +156,18 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     model, tok = load(path, args.device)
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    _print(rank0, f"loaded {path} on {model.device} in {time.perf_counter() - t0:.1f} s"
-           + (f" (tensor parallel over {world} processes, tp_plan='auto')" if world > 1 else ""))
-    result = {"device": args.device, "world_size": world, "seed": args.seed,
-              "max_new_tokens": args.max_new_tokens, "tokens": {}}
+    _print(
+        rank0,
+        f"loaded {path} on {model.device} in {time.perf_counter() - t0:.1f} s"
+        + (f" (tensor parallel over {world} processes, tp_plan='auto')" if world > 1 else ""),
+    )
+    result = {
+        "device": args.device,
+        "world_size": world,
+        "seed": args.seed,
+        "max_new_tokens": args.max_new_tokens,
+        "tokens": {},
+    }
     caches = [False] if args.no_static else [False, True]
     metrics = None
     for static in caches:
@@ -184,18 +208,26 @@ def _check_bounded_compiles(model, tok, args, rank0) -> dict:
     generate(model, tok, "greedy", True, 4 * args.max_new_tokens, args.seed, max_cache_len=cache)
     b = torch.neuron.get_dynamo_metrics()
     grown = b["graphs_compiled"] - a["graphs_compiled"]
-    _print(rank0, f"\ncompilations: {short} for the runs above (greedy + sampled, {args.max_new_tokens} new tokens); "
-           f"with max_cache_len={cache}: {a['graphs_compiled']} for {args.max_new_tokens} new tokens, "
-           f"+{grown} for {4 * args.max_new_tokens} new tokens; recompilations {b['num_recompilations']}; "
-           f"graph breaks {b['graph_breaks']}")
+    _print(
+        rank0,
+        f"\ncompilations: {short} for the runs above (greedy + sampled, {args.max_new_tokens} new tokens); "
+        f"with max_cache_len={cache}: {a['graphs_compiled']} for {args.max_new_tokens} new tokens, "
+        f"+{grown} for {4 * args.max_new_tokens} new tokens; recompilations {b['num_recompilations']}; "
+        f"graph breaks {b['graph_breaks']}",
+    )
     if grown != 0 or b["num_recompilations"] > a["num_recompilations"]:
         raise RuntimeError(f"compilations grew with the generated length: {a} -> {b}")
     if b["fallbacks"]:
         raise RuntimeError(f"graphs fell back to eager: {b['fallbacks']}")
-    return {"graphs_compiled_first": short, "num_recompilations_first": first["num_recompilations"],
-            "graphs_compiled_short": a["graphs_compiled"], "graphs_compiled_added_long": grown,
-            "num_recompilations": b["num_recompilations"], "graph_breaks": b["graph_breaks"],
-            "compile_seconds": round(first["compile_seconds"] + b["compile_seconds"], 2)}
+    return {
+        "graphs_compiled_first": short,
+        "num_recompilations_first": first["num_recompilations"],
+        "graphs_compiled_short": a["graphs_compiled"],
+        "graphs_compiled_added_long": grown,
+        "num_recompilations": b["num_recompilations"],
+        "graph_breaks": b["graph_breaks"],
+        "compile_seconds": round(first["compile_seconds"] + b["compile_seconds"], 2),
+    }
 
 
 if __name__ == "__main__":

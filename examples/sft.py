@@ -19,6 +19,7 @@ The trained model is written by ``trainer.save_model`` as a standard checkpoint
 (``config.json`` + ``model.safetensors`` + tokenizer; adapter files with ``--use_peft``)
 that loads anywhere with ``AutoModelForCausalLM.from_pretrained``.
 """
+
 import os
 from dataclasses import dataclass, field
 
@@ -39,8 +40,10 @@ class ExampleArguments:
 def _check_world_size(example_args) -> int:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if example_args.tp_size * example_args.fsdp_size != world:
-        raise ValueError(f"--tp_size {example_args.tp_size} x --fsdp_size {example_args.fsdp_size} must equal the "
-                         f"number of processes ({world}); launch with torchrun --nproc_per_node=TP_SIZE*FSDP_SIZE")
+        raise ValueError(
+            f"--tp_size {example_args.tp_size} x --fsdp_size {example_args.fsdp_size} must equal the "
+            f"number of processes ({world}); launch with torchrun --nproc_per_node=TP_SIZE*FSDP_SIZE"
+        )
     return world
 
 
@@ -64,7 +67,8 @@ def build_trainer(example_args, training_args, model_args):
     model_init_kwargs.setdefault("dtype", model_args.dtype or torch.float32)
     if world > 1:
         model_init_kwargs["distributed_config"] = DistributedConfig(
-            tp_size=example_args.tp_size, fsdp_size=example_args.fsdp_size)
+            tp_size=example_args.tp_size, fsdp_size=example_args.fsdp_size
+        )
         # DistributedConfig places the shards itself; TRL drops its default device_map="auto" only
         # for MULTI_GPU/DEEPSPEED, so say it here (transformers refuses TP together with a device_map)
         model_init_kwargs["device_map"] = None
@@ -91,9 +95,19 @@ def main():
     parser = Parser((ExampleArguments, SFTConfig, ModelConfig))
     # defaults for the tiny model and corpus; activation checkpointing (on by default in TRL)
     # only costs time at this size (--activation_checkpointing true works, compiled too)
-    parser.set_defaults(packing=True, packing_strategy="wrapped", max_length=128, per_device_train_batch_size=8,
-                        learning_rate=2e-3, lr_scheduler_type="cosine", warmup_steps=5, logging_steps=5, save_strategy="no",
-                        report_to="none", activation_checkpointing=False)
+    parser.set_defaults(
+        packing=True,
+        packing_strategy="wrapped",
+        max_length=128,
+        per_device_train_batch_size=8,
+        learning_rate=2e-3,
+        lr_scheduler_type="cosine",
+        warmup_steps=5,
+        logging_steps=5,
+        save_strategy="no",
+        report_to="none",
+        activation_checkpointing=False,
+    )
     example_args, training_args, model_args = parser.parse_args_and_config()
     try:
         _check_world_size(example_args)

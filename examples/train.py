@@ -14,6 +14,7 @@ Each rank trains on its own shard of the batches; at the end the script checks t
 every rank holds the same weights (what DDP guarantees) and that the loss went down,
 and exits non-zero otherwise. ``--out DIR`` saves the weights with ``torch.save``.
 """
+
 import argparse
 import math
 import sys
@@ -81,13 +82,15 @@ def main(argv=None) -> int:
     chars = sorted(set(text))
     data = torch.tensor([chars.index(c) for c in text], dtype=torch.long)
     if len(data) <= args.context + 1:
-        raise ValueError(f"the corpus has {len(data)} characters; --context {args.context} needs more than "
-                         f"{args.context + 1}")
+        raise ValueError(
+            f"the corpus has {len(data)} characters; --context {args.context} needs more than " f"{args.context + 1}"
+        )
 
     model = CharLM(len(chars), args.dim, args.layers, heads=4 if args.dim % 4 == 0 else 1, context=args.context)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / 10) * 0.5 * (1 + math.cos(math.pi * min(s, args.steps) / args.steps)))
+        opt, lambda s: min(1.0, (s + 1) / 10) * 0.5 * (1 + math.cos(math.pi * min(s, args.steps) / args.steps))
+    )
     model, opt, sched = acc.prepare(model, opt, sched)
 
     # each rank draws different windows: a generator seeded by its rank
@@ -95,13 +98,15 @@ def main(argv=None) -> int:
 
     def batch():
         start = torch.randint(0, len(data) - args.context - 1, (args.batch_size,), generator=gen)
-        x = torch.stack([data[s:s + args.context] for s in start.tolist()])
-        y = torch.stack([data[s + 1:s + 1 + args.context] for s in start.tolist()])
+        x = torch.stack([data[s : s + args.context] for s in start.tolist()])
+        y = torch.stack([data[s + 1 : s + 1 + args.context] for s in start.tolist()])
         return x.to(acc.device), y.to(acc.device)
 
-    acc.print(f"train.py: {acc.num_processes} process(es) ({acc.distributed_type.value}), device {acc.device}, "
-              f"mixed precision {acc.mixed_precision}, {sum(p.numel() for p in model.parameters()):,} parameters, "
-              f"vocabulary {len(chars)} characters")
+    acc.print(
+        f"train.py: {acc.num_processes} process(es) ({acc.distributed_type.value}), device {acc.device}, "
+        f"mixed precision {acc.mixed_precision}, {sum(p.numel() for p in model.parameters()):,} parameters, "
+        f"vocabulary {len(chars)} characters"
+    )
     losses = []
     model.train()
     for step in range(args.steps):
@@ -127,8 +132,10 @@ def main(argv=None) -> int:
     in_sync = torch.equal(flat, ref)
     first = sum(losses[:5]) / len(losses[:5])
     last = sum(losses[-5:]) / len(losses[-5:])
-    acc.print(f"loss {first:.4f} -> {last:.4f} (mean of the first and last 5 steps); "
-              f"weights identical on all ranks: {in_sync}")
+    acc.print(
+        f"loss {first:.4f} -> {last:.4f} (mean of the first and last 5 steps); "
+        f"weights identical on all ranks: {in_sync}"
+    )
     if args.out is not None:
         acc.wait_for_everyone()
         if acc.is_main_process:

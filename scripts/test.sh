@@ -3,5 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/lint.sh
 export HF_HUB_OFFLINE=1
 python -m pytest -q -ra --timeout=1800 "$@"

@@ -1,4 +1,5 @@
 """Shared test helpers."""
+
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ def worker_env(**extra: str) -> dict:
     env.update(extra)
     return env
 
+
 def run_python(code: str, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
     """Run `code` in a fresh interpreter (device configuration is read at start-up)."""
     full_env = dict(os.environ)
@@ -31,8 +33,12 @@ class MLP(nn.Module):
     def __init__(self):
         super().__init__()
         self.net = nn.Sequential(
-            nn.Linear(32, 64), nn.GELU(), nn.LayerNorm(64),
-            nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10),
+            nn.Linear(32, 64),
+            nn.GELU(),
+            nn.LayerNorm(64),
+            nn.Linear(64, 64),
+            nn.ReLU(),
+            nn.Linear(64, 10),
         )
 
     def forward(self, x):

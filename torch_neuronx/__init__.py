@@ -51,6 +51,7 @@ def __getattr__(name):
         return importlib.import_module(".readiness", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 _autoload()
 
 # `import nki` / `import neuronxcc.nki` -> torch_neuronx.nki unless a real NKI is installed.

@@ -1,4 +1,5 @@
 """``python -m torch_neuronx``: the ``torch-neuronx`` command line (``ls``, ``demo``)."""
+
 import sys
 
 from .cli import main

@@ -5,6 +5,7 @@ CPU kernels, CPU's choices are the ones that keep results equal to CPU. Also the
 hooks (PyTorch's and the Hugging Face libraries') that keep CUDA-only paths from
 failing obscurely or warning about things that do not apply to neuron.
 """
+
 import torch
 
 
@@ -12,8 +13,11 @@ def _on_module_registration(module, name, submodule):
     # DataParallel assigns `self.module` in its constructor: the moment torch lets us see it
     # without replacing anything. On neuron its forward always fails (even for one device it
     # scatters the inputs), so refuse it here with the way out.
-    if (name == "module" and isinstance(module, torch.nn.DataParallel)
-            and torch._utils._get_available_device_type() == "neuron"):
+    if (
+        name == "module"
+        and isinstance(module, torch.nn.DataParallel)
+        and torch._utils._get_available_device_type() == "neuron"
+    ):
         raise RuntimeError(
             "nn.DataParallel is not supported on neuron devices: it scatters, replicates and gathers through "
             "torch._C._scatter / _broadcast_coalesced / _gather, which exist only in CUDA builds of torch. "

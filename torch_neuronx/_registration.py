@@ -1,4 +1,5 @@
 """Registers `neuron` with PyTorch (PrivateUse1): name, device module, methods."""
+
 import atexit
 import threading
 
@@ -26,9 +27,7 @@ def register():
         from . import neuron as device_module
 
         torch._register_device_module("neuron", device_module)
-        torch.utils.generate_methods_for_privateuse1_backend(
-            for_tensor=True, for_module=True, for_storage=True
-        )
+        torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
         _C._register_cpu_kernel_routes()
         from . import _compat, _dynamo, distributed
 

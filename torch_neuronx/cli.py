@@ -8,6 +8,7 @@ Subcommands::
                                      will the script run natively on Trainium, fit, how fast
     torch-neuronx --version
 """
+
 from __future__ import annotations
 
 import sys

@@ -5,6 +5,7 @@ unsigned 16-64 bit integers, dense linear-algebra factorizations) still run here
 but are recorded and warned about once per op, as the real system does for its
 CPU fallbacks. ``TORCH_NEURONX_STRICT_FALLBACK=1`` makes them an error.
 """
+
 from . import _C
 
 

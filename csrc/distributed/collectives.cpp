@@ -169,8 +169,8 @@ void match_flat_pair(const std::string& opname, c10::IValue& flat, c10::IValue& 
   check_same_dtype(opname, gather ? f : p, gather ? p : f);
   TORCH_CHECK_VALUE(f.numel() == world * p.numel(), opname, ": the ", gather ? "output" : "input",
                     " tensor must have world_size (", world, ") times the elements of the ",
-                    gather ? "input" : "output", " tensor (", p.numel(), "), i.e. ", world * p.numel(),
-                    ", but it has ", f.numel(), " (shapes ", f.sizes(), " and ", p.sizes(), ")");
+                    gather ? "input" : "output", " tensor (", p.numel(), "), i.e. ", world * p.numel(), ", but it has ",
+                    f.numel(), " (shapes ", f.sizes(), " and ", p.sizes(), ")");
   flat = view_as_mapped(f, {f.numel()}, map);
   part = view_as_mapped(p, {p.numel()}, map);
 }
@@ -197,8 +197,7 @@ void match_shapes(const std::string& opname, torch::jit::Stack* stack, size_t ba
   if (opname == "c10d::_allgather_base_" || opname == "c10d::_reduce_scatter_base_") {
     const bool gather = opname == "c10d::_allgather_base_";
     match_flat_pair(opname, gather ? a0 : a1, gather ? a1 : a0, world, gather, map);
-  } else if (opname == "c10d::allgather_into_tensor_coalesced_" ||
-             opname == "c10d::reduce_scatter_tensor_coalesced_") {
+  } else if (opname == "c10d::allgather_into_tensor_coalesced_" || opname == "c10d::reduce_scatter_tensor_coalesced_") {
     const bool gather = opname == "c10d::allgather_into_tensor_coalesced_";
     auto outs = a0.toTensorList().vec(), ins = a1.toTensorList().vec();
     TORCH_CHECK_VALUE(outs.size() == ins.size(), opname, ": ", outs.size(), " outputs but ", ins.size(), " inputs");

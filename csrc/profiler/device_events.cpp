@@ -55,12 +55,9 @@ thread_local int tl_depth = 0;
 
 const char* kind_name(SpanKind k) {
   switch (k) {
-    case SpanKind::Op:
-      return "ops";
-    case SpanKind::Graph:
-      return "compiled graphs";
-    case SpanKind::Collective:
-      return "collectives";
+    case SpanKind::Op: return "ops";
+    case SpanKind::Graph: return "compiled graphs";
+    case SpanKind::Collective: return "collectives";
   }
   return "?";
 }
@@ -90,8 +87,8 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
 
   // getLinkedActivity maps a correlation id to the CPU op's activity: PyTorch
   // reads a device event's launching op from linkedActivity().
-  void processTrace(libkineto::ActivityLogger& logger, libkineto::getLinkedActivityCallback getLinkedActivity,
-                    int64_t, int64_t) override {
+  void processTrace(libkineto::ActivityLogger& logger, libkineto::getLinkedActivityCallback getLinkedActivity, int64_t,
+                    int64_t) override {
     for (const auto& s : spans_) {
       libkineto::GenericTraceActivity a(span_, libkineto::ActivityType::CONCURRENT_KERNEL, s.name);
       a.startTime = s.start;

@@ -34,14 +34,10 @@ enum class Action { Alloc, FreeRequested, FreeCompleted, Oom };
 
 const char* action_name(Action a) {
   switch (a) {
-    case Action::Alloc:
-      return "alloc";
-    case Action::FreeRequested:
-      return "free_requested";
-    case Action::FreeCompleted:
-      return "free_completed";
-    case Action::Oom:
-      return "oom";
+    case Action::Alloc: return "alloc";
+    case Action::FreeRequested: return "free_requested";
+    case Action::FreeCompleted: return "free_completed";
+    case Action::Oom: return "oom";
   }
   return "?";
 }
@@ -71,7 +67,7 @@ struct History {
   std::atomic<bool> frames_free{true};   // and of frees (context "all")
   std::atomic<bool> cpp{false};
   size_t max_entries = SIZE_MAX;
-  std::vector<std::deque<TraceEntry>> traces;  // per device
+  std::vector<std::deque<TraceEntry>> traces;     // per device
   std::unordered_map<uintptr_t, LiveAlloc> live;  // allocations made while recording
 };
 
@@ -81,8 +77,7 @@ History& history() {
 }
 
 int64_t now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 

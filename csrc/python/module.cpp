@@ -67,7 +67,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         [](const std::vector<std::tuple<std::string, int, uint64_t, std::vector<int>, int>>& chips,
            const std::vector<std::tuple<std::string, std::string, int>>& types) {
           std::vector<rt::ChipSpec> cs;
-          for (const auto& [name, cores, hbm, lnc, lnc_default] : chips) cs.push_back({name, cores, hbm, lnc, lnc_default});
+          for (const auto& [name, cores, hbm, lnc, lnc_default] : chips)
+            cs.push_back({name, cores, hbm, lnc, lnc_default});
           std::vector<rt::InstanceType> ts;
           for (const auto& [name, chip, n] : types) ts.push_back({name, chip, n});
           rt::set_hardware_tables(std::move(cs), std::move(ts));

@@ -16,8 +16,7 @@ def check_and_report(kernel, reference, *args, atol=1e-4, rtol=1e-4, target="trn
     out = kernel(*dev_args, **kwargs)
     expected = reference(*args, **kwargs)
     torch.testing.assert_close(out.cpu(), expected, atol=atol, rtol=rtol)
-    print(f"{kernel.__name__}: output on {out.device} matches PyTorch "
-          f"(shape {tuple(out.shape)}, {out.dtype})")
+    print(f"{kernel.__name__}: output on {out.device} matches PyTorch " f"(shape {tuple(out.shape)}, {out.dtype})")
     comparison = nki.compare(kernel, reference, *args, platform_target=target, **kwargs)
     print(comparison)
     return comparison
@@ -30,10 +29,18 @@ def _parse_command_line():
     script = getattr(main, "__file__", None)
     if script is None or os.path.dirname(os.path.abspath(script)) != os.path.dirname(os.path.abspath(__file__)):
         return
-    p = argparse.ArgumentParser(prog=f"python {sys.argv[0]}", description=(main.__doc__ or "").strip(),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("target", nargs="?", default="trn2", choices=["trn2", "trn3"],
-                   help="Trainium generation of the cost model (default: trn2)")
+    p = argparse.ArgumentParser(
+        prog=f"python {sys.argv[0]}",
+        description=(main.__doc__ or "").strip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "target",
+        nargs="?",
+        default="trn2",
+        choices=["trn2", "trn3"],
+        help="Trainium generation of the cost model (default: trn2)",
+    )
     p.parse_args()
 
 

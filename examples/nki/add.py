@@ -3,8 +3,8 @@
 import sys
 
 import torch
-
 from _common import check_and_report
+
 from torch_neuronx.nki.kernels.add import nki_tensor_add, reference  # the kernel source
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ Run: python examples/nki/layernorm.py [trn2|trn3]
 import sys
 
 import torch
-
 from _common import check_and_report
+
 from torch_neuronx.nki.kernels.layernorm import nki_layernorm, reference  # the kernel source
 
 if __name__ == "__main__":

@@ -6,10 +6,9 @@ Run: python examples/nki/matmul.py [trn2|trn3]
 import sys
 
 import torch
-
 from _common import check_and_report
-from torch_neuronx.nki.kernels.matmul import (nki_matmul_hoisted, nki_matmul_tiled,  # kernels
-                                              reference)
+
+from torch_neuronx.nki.kernels.matmul import nki_matmul_hoisted, nki_matmul_tiled, reference  # kernels
 
 if __name__ == "__main__":
     target = sys.argv[1] if len(sys.argv) > 1 else "trn2"

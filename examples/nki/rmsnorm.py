@@ -3,8 +3,8 @@
 import sys
 
 import torch
-
 from _common import check_and_report
+
 from torch_neuronx.nki.kernels.rmsnorm import nki_rmsnorm, reference  # the kernel source
 
 if __name__ == "__main__":

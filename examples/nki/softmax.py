@@ -3,8 +3,8 @@
 import sys
 
 import torch
-
 from _common import check_and_report
+
 from torch_neuronx.nki.kernels.softmax import nki_softmax, reference  # the kernel source
 
 if __name__ == "__main__":

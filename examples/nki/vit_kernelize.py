@@ -18,6 +18,7 @@ ViT has no hub-registered layers, so the repository ships a layout class
 while the model is built; that is the registry transformers fills itself when
 a model is loaded with a ``KernelConfig``.
 """
+
 import argparse
 from pathlib import Path
 
@@ -39,9 +40,15 @@ def unfused_mlp(x, w1, b1, w2, b2):
 
 
 def build_vit(args, layout_cls):
-    config = ViTConfig(image_size=args.image_size, patch_size=args.patch_size, hidden_size=args.hidden_size,
-                       intermediate_size=4 * args.hidden_size, num_hidden_layers=args.layers,
-                       num_attention_heads=args.heads, num_channels=3)
+    config = ViTConfig(
+        image_size=args.image_size,
+        patch_size=args.patch_size,
+        hidden_size=args.hidden_size,
+        intermediate_size=4 * args.hidden_size,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_channels=3,
+    )
     register_patch_mapping({"ViTMLP": layout_cls}, overwrite=True)
     try:
         torch.manual_seed(0)
@@ -56,16 +63,24 @@ def estimate(title, tokens, hidden, generator, dtype=torch.float32):
     """Cost-model comparison of the NKI MLP kernel and the unfused ops on one NeuronCore of trn2."""
     kernel = get_local_kernel(REPO).mlp_kernel
     inter = 4 * hidden
-    args = (torch.randn(tokens, hidden, generator=generator),
-            torch.randn(inter, hidden, generator=generator) / hidden ** 0.5, torch.randn(inter, generator=generator),
-            torch.randn(hidden, inter, generator=generator) / inter ** 0.5, torch.randn(hidden, generator=generator))
+    args = (
+        torch.randn(tokens, hidden, generator=generator),
+        torch.randn(inter, hidden, generator=generator) / hidden**0.5,
+        torch.randn(inter, generator=generator),
+        torch.randn(hidden, inter, generator=generator) / inter**0.5,
+        torch.randn(hidden, generator=generator),
+    )
     cmp = nki.compare(kernel, unfused_mlp, *(a.to(dtype) for a in args), platform_target="trn2")
     err = (cmp.kernel_output.float() - cmp.torch_output.float()).abs().max().item()
     print(f"{title}: x[{tokens}, {hidden}] -> {inter} -> {hidden}, {str(dtype).removeprefix('torch.')}")
-    print(f"  NKI fused MLP kernel   {cmp.kernel.total_time_us:9.2f} us  ({cmp.kernel.bound}-bound, "
-          f"HBM {cmp.kernel.hbm_bytes / 1e6:.2f} MB)")
-    print(f"  unfused PyTorch ops    {cmp.torch.total_time_us:9.2f} us  ({cmp.torch.bound}-bound, "
-          f"HBM {cmp.torch.hbm_bytes / 1e6:.2f} MB)")
+    print(
+        f"  NKI fused MLP kernel   {cmp.kernel.total_time_us:9.2f} us  ({cmp.kernel.bound}-bound, "
+        f"HBM {cmp.kernel.hbm_bytes / 1e6:.2f} MB)"
+    )
+    print(
+        f"  unfused PyTorch ops    {cmp.torch.total_time_us:9.2f} us  ({cmp.torch.bound}-bound, "
+        f"HBM {cmp.torch.hbm_bytes / 1e6:.2f} MB)"
+    )
     print(f"  estimated speedup on trn2: {cmp.speedup:.2f}x   (max |kernel - torch| = {err:.1e})")
     return cmp.speedup
 
@@ -90,14 +105,18 @@ def main():
     mapping = {"NKIViTMLP": {"neuron": LocalLayerRepository(repo_path=REPO, layer_name="NKIViTMLP")}}
     with use_kernel_mapping(mapping, inherit_mapping=False):
         kernelize(model, device="neuron", mode=Mode.INFERENCE)
-    swapped = sum(type(m).__name__ == "NKIViTMLPLayout" and m.forward.__func__.__qualname__ == "NKIViTMLP.forward"
-                  for m in model.modules())
+    swapped = sum(
+        type(m).__name__ == "NKIViTMLPLayout" and m.forward.__func__.__qualname__ == "NKIViTMLP.forward"
+        for m in model.modules()
+    )
     with torch.no_grad():
         out = model(pixels).last_hidden_state
     diff = (out - reference).abs().max().item()
     print(f"kernelized {swapped} ViTMLP blocks with {REPO.name}:NKIViTMLP (variant torch-neuron)")
-    print(f"output {tuple(out.shape)} on {out.device}: max |kernelized - original| = {diff:.2e} "
-          f"(tolerance {TOLERANCE:g})")
+    print(
+        f"output {tuple(out.shape)} on {out.device}: max |kernelized - original| = {diff:.2e} "
+        f"(tolerance {TOLERANCE:g})"
+    )
     if swapped != args.layers or not diff <= TOLERANCE:
         raise SystemExit("kernelized ViT does not match the original model")
 

@@ -1,4 +1,5 @@
 """torch.compile(backend="neuron"): registration, parity, static shapes, errors, options, metrics."""
+
 import os
 
 import pytest
@@ -31,6 +32,7 @@ def _close(a, b, tol=1e-5):
 # Registration
 # --------------------------------------------------------------------------- #
 
+
 def test_registered_lazily_by_name():
     r = run_python(
         "import sys, torch\n"
@@ -44,8 +46,9 @@ def test_registered_lazily_by_name():
 
 
 def test_entry_point_declared():
-    import tomllib
     from pathlib import Path
+
+    import tomllib
 
     from torch_neuronx._dynamo import neuron_backend
 
@@ -71,6 +74,7 @@ def test_version_check_names_versions():
 # --------------------------------------------------------------------------- #
 # Parity and execution
 # --------------------------------------------------------------------------- #
+
 
 def test_mlp_inference_parity():
     model = _mlp().eval()
@@ -167,6 +171,7 @@ def test_model_on_another_core():
 # Static shapes
 # --------------------------------------------------------------------------- #
 
+
 @pytest.mark.parametrize("dynamic", [None, False])
 def test_every_new_shape_is_a_counted_compilation(dynamic):
     fn = torch.compile(lambda x: torch.tanh(x) * 2, backend="neuron", dynamic=dynamic)
@@ -218,6 +223,7 @@ def test_unknown_option_rejected():
 # --------------------------------------------------------------------------- #
 # Options: model_name, artifacts, fallback_execution
 # --------------------------------------------------------------------------- #
+
 
 def test_model_name_and_preserved_artifacts(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS", "1")
@@ -273,6 +279,7 @@ def test_fallback_execution_runs_eagerly(monkeypatch, how):
 # CPU inputs
 # --------------------------------------------------------------------------- #
 
+
 def _cpu_fn(x, w):
     return torch.relu(x @ w) + torch.arange(x.shape[0], dtype=x.dtype, device=x.device)[:, None]
 
@@ -294,6 +301,7 @@ def test_cpu_input_is_an_error_when_autocopy_disabled(monkeypatch):
 # --------------------------------------------------------------------------- #
 # Metrics
 # --------------------------------------------------------------------------- #
+
 
 def test_metrics_report_graph_breaks_and_reset():
     def f(x):

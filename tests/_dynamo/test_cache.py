@@ -1,4 +1,5 @@
 """Persistent compile cache: shared between processes, disable switch, location."""
+
 import json
 import os
 

@@ -12,13 +12,13 @@ and gradients differ only by float re-association in Inductor's fused C++ kernel
 (observed <= 2e-6; tolerance 1e-5). ``fallback_random`` is also what keeps the
 random ops themselves in the graph, i.e. what exercises the RNG-state HOPs.
 """
+
 import copy
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import pytest
 import torch
 import torch._inductor.config as inductor_config
 import torch.nn.functional as F
@@ -62,7 +62,7 @@ def _grads(model):
 def _assert_grads_close(got, want):
     assert got.keys() == want.keys() and got
     for name in want:
-        torch.testing.assert_close(got[name], want[name], rtol=1e-5, atol=1e-5, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(got[name], want[name], rtol=1e-5, atol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
 
 
 @inductor_config.patch(fallback_random=True)
@@ -95,10 +95,20 @@ def _tiny_llama(attention_dropout):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                      attention_dropout=attention_dropout, bos_token_id=0, eos_token_id=1,
-                      pad_token_id=1, attn_implementation="sdpa")
+    cfg = LlamaConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        attention_dropout=attention_dropout,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=1,
+        attn_implementation="sdpa",
+    )
     return LlamaForCausalLM(cfg).train()
 
 

@@ -1,4 +1,5 @@
 """Real compiler faults: a broken C++ compiler, unwritable and corrupted compile caches."""
+
 import glob
 import json
 import os

@@ -1,4 +1,5 @@
 """Plain torch.compile (default backend "inductor") on neuron tensors, as on CUDA."""
+
 import pytest
 import torch
 from torch import nn
@@ -56,8 +57,9 @@ class _AttnBlock(nn.Module):
         return x + self.out(a.transpose(1, 2).reshape(b, n, d))
 
 
-@pytest.mark.parametrize("make, shape", [(_ConvNormBlock, (2, 8, 8, 8)), (_AttnBlock, (2, 6, 16))],
-                         ids=["conv_groupnorm", "attention"])
+@pytest.mark.parametrize(
+    "make, shape", [(_ConvNormBlock, (2, 8, 8, 8)), (_AttnBlock, (2, 6, 16))], ids=["conv_groupnorm", "attention"]
+)
 def test_default_backend_forward_backward_match_cpu(make, shape):
     torch.manual_seed(0)
     cpu = make()
@@ -72,7 +74,7 @@ def test_default_backend_forward_backward_match_cpu(make, shape):
 
     assert out.device.type == "neuron"
     _close(out, ref)
-    for (name, p), q in zip(cpu.named_parameters(), dev.parameters()):
+    for (_name, p), q in zip(cpu.named_parameters(), dev.parameters()):
         _close(q.grad, p.grad, 1e-4)
 
 
@@ -80,13 +82,20 @@ def _tiny_unet():
     from diffusers import UNet2DConditionModel
 
     model = UNet2DConditionModel(
-        sample_size=8, block_out_channels=(16, 32), layers_per_block=1,
+        sample_size=8,
+        block_out_channels=(16, 32),
+        layers_per_block=1,
         down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
         up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
-        cross_attention_dim=16, attention_head_dim=8, norm_num_groups=8, in_channels=4, out_channels=4,
+        cross_attention_dim=16,
+        attention_head_dim=8,
+        norm_num_groups=8,
+        in_channels=4,
+        out_channels=4,
     )
-    inputs = dict(sample=torch.randn(1, 4, 8, 8), timestep=torch.tensor([10]),
-                  encoder_hidden_states=torch.randn(1, 5, 16))
+    inputs = dict(
+        sample=torch.randn(1, 4, 8, 8), timestep=torch.tensor([10]), encoder_hidden_states=torch.randn(1, 5, 16)
+    )
     return model, inputs
 
 
@@ -94,12 +103,24 @@ def _tiny_flux():
     from diffusers import FluxTransformer2DModel
 
     model = FluxTransformer2DModel(
-        patch_size=1, in_channels=16, num_layers=1, num_single_layers=1, attention_head_dim=16,
-        num_attention_heads=2, joint_attention_dim=16, pooled_projection_dim=16, axes_dims_rope=(4, 4, 8),
+        patch_size=1,
+        in_channels=16,
+        num_layers=1,
+        num_single_layers=1,
+        attention_head_dim=16,
+        num_attention_heads=2,
+        joint_attention_dim=16,
+        pooled_projection_dim=16,
+        axes_dims_rope=(4, 4, 8),
     )
-    inputs = dict(hidden_states=torch.randn(1, 16, 16), encoder_hidden_states=torch.randn(1, 5, 16),
-                  pooled_projections=torch.randn(1, 16), timestep=torch.tensor([0.5]),
-                  img_ids=torch.zeros(16, 3), txt_ids=torch.zeros(5, 3))
+    inputs = dict(
+        hidden_states=torch.randn(1, 16, 16),
+        encoder_hidden_states=torch.randn(1, 5, 16),
+        pooled_projections=torch.randn(1, 16),
+        timestep=torch.tensor([0.5]),
+        img_ids=torch.zeros(16, 3),
+        txt_ids=torch.zeros(5, 3),
+    )
     return model, inputs
 
 
@@ -114,7 +135,8 @@ def test_diffusers_fullgraph_default_backend_matches_cpu(build):
     with torch.no_grad():
         ref = model(**inputs, return_dict=False)[0]
         model.to("neuron")
-        out = torch.compile(model, fullgraph=True)(**{k: v.to("neuron") for k, v in inputs.items()},
-                                                   return_dict=False)[0]
+        out = torch.compile(model, fullgraph=True)(**{k: v.to("neuron") for k, v in inputs.items()}, return_dict=False)[
+            0
+        ]
     assert out.device.type == "neuron"
     _close(out, ref, 1e-4)

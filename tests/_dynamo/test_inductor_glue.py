@@ -1,4 +1,5 @@
 """Inductor glue: neuron graphs take the C++ backend's (CPU's) lowering choices."""
+
 import torch
 
 
@@ -21,8 +22,11 @@ def test_cat_of_gathered_bias_into_softmax_compiles_like_cpu(fresh_dynamo):
     # (CPU Inductor fails the same way with config.force_pointwise_cat=True). Neuron
     # lowers cat as CPU does (a ConcatKernel), so it compiles and matches CPU.
     g = torch.Generator().manual_seed(0)
-    args = [torch.randn(1, 4, 1, 8, generator=g), torch.randn(1, 4, 1, 16, generator=g),
-            torch.randn(1, 4, 1, 1, generator=g)]
+    args = [
+        torch.randn(1, 4, 1, 8, generator=g),
+        torch.randn(1, 4, 1, 16, generator=g),
+        torch.randn(1, 4, 1, 1, generator=g),
+    ]
     expected = _relative_bias_with_sinks(*args)
 
     out = torch.compile(_relative_bias_with_sinks, backend="neuron")(*[a.to("neuron") for a in args])

@@ -1,7 +1,7 @@
 """torch_neuronx.neuron_dynamo_backend: the real TorchNeuron's helper API names."""
+
 import glob
 import json
-import os
 
 import pytest
 import torch

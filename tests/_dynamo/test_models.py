@@ -1,5 +1,6 @@
 """Hugging Face models with backend "neuron": GPT-2 / Llama forward, static-cache
 generate (transformers compiles decoding with backend "neuron"), Trainer."""
+
 import copy
 import os
 
@@ -16,8 +17,16 @@ def _gpt2(n_layer=2):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=1000, n_positions=64, n_embd=64, n_layer=n_layer, n_head=4,
-                     bos_token_id=0, eos_token_id=999, pad_token_id=999)
+    cfg = GPT2Config(
+        vocab_size=1000,
+        n_positions=64,
+        n_embd=64,
+        n_layer=n_layer,
+        n_head=4,
+        bos_token_id=0,
+        eos_token_id=999,
+        pad_token_id=999,
+    )
     return GPT2LMHeadModel(cfg).eval()
 
 
@@ -25,10 +34,18 @@ def _llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=128, bos_token_id=0, eos_token_id=999,
-                      pad_token_id=999)
+    cfg = LlamaConfig(
+        vocab_size=1000,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        bos_token_id=0,
+        eos_token_id=999,
+        pad_token_id=999,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
@@ -79,8 +96,15 @@ def test_trainer_torch_compile_trains_on_neuron(tmp_path):
             return {"input_ids": ids[i], "labels": ids[i]}
 
     args = TrainingArguments(
-        output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=6, learning_rate=1e-3,
-        torch_compile=True, logging_steps=1, report_to=[], save_strategy="no", disable_tqdm=True,
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        max_steps=6,
+        learning_rate=1e-3,
+        torch_compile=True,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        disable_tqdm=True,
         dataloader_pin_memory=False,
     )
     assert args.torch_compile_backend == "neuron"

@@ -1,4 +1,5 @@
 """torch.autocast("neuron") follows CUDA's op policy."""
+
 import pytest
 import torch
 

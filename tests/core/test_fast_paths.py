@@ -1,6 +1,7 @@
 """The unboxed fast paths (add/sub/mul/div, reductions, activations, matmuls,
 ...), the recycled CPU aliases and in-place result adoption must behave exactly
 like the boxed fallback, i.e. like CPU."""
+
 import pytest
 import torch
 
@@ -42,19 +43,31 @@ def test_unary_and_matmul_family():
     assert torch.equal(torch.exp(an).cpu(), torch.exp(a))
     assert torch.equal(torch.mm(an, bn).cpu(), torch.mm(a, b))
     assert torch.equal(torch.addmm(cn, an, bn, beta=0.5, alpha=2).cpu(), torch.addmm(c, a, b, beta=0.5, alpha=2))
-    assert torch.equal(torch.bmm(an[None].expand(2, 5, 7), bn[None].expand(2, 7, 3)).cpu(),
-                       torch.bmm(a[None].expand(2, 5, 7), b[None].expand(2, 7, 3)))
+    assert torch.equal(
+        torch.bmm(an[None].expand(2, 5, 7), bn[None].expand(2, 7, 3)).cpu(),
+        torch.bmm(a[None].expand(2, 5, 7), b[None].expand(2, 7, 3)),
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_reductions_and_activations(dtype):
     a, an = _pair(4, 6, dtype=dtype)
     cases = [
-        lambda t: t.sum(), lambda t: t.sum(1, keepdim=True), lambda t: t.sum(0, dtype=torch.float32),
-        lambda t: t.mean(-1), lambda t: torch.softmax(t, 1), lambda t: torch.log_softmax(t, 0),
-        lambda t: torch.nn.functional.gelu(t), lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
-        torch.nn.functional.silu, torch.tanh, torch.sigmoid, lambda t: torch.rsqrt(t.abs() + 1),
-        lambda t: t.pow(2), lambda t: torch.where(t > 0, t, t * 3), lambda t: t.t().clone(),
+        lambda t: t.sum(),
+        lambda t: t.sum(1, keepdim=True),
+        lambda t: t.sum(0, dtype=torch.float32),
+        lambda t: t.mean(-1),
+        lambda t: torch.softmax(t, 1),
+        lambda t: torch.log_softmax(t, 0),
+        lambda t: torch.nn.functional.gelu(t),
+        lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
+        torch.nn.functional.silu,
+        torch.tanh,
+        torch.sigmoid,
+        lambda t: torch.rsqrt(t.abs() + 1),
+        lambda t: t.pow(2),
+        lambda t: torch.where(t > 0, t, t * 3),
+        lambda t: t.t().clone(),
         lambda t: t.clone(memory_format=torch.contiguous_format).t(),
         lambda t: t.index_select(1, torch.tensor([0, 5, 2], device=t.device)),
     ]
@@ -87,9 +100,14 @@ def test_recycled_aliases_take_each_argument_s_metadata():
     z = torch.randn(4, dtype=torch.complex64)
     zn = z.to(N)
     for _ in range(3):
-        for f in (lambda t, i, c: t[1:4, 2:6] * t[2:5, 1:5], lambda t, i, c: i[1:] + i[:2],
-                  lambda t, i, c: t.t()[3:] - 1, lambda t, i, c: (c.conj() * 2).resolve_conj(),
-                  lambda t, i, c: t.add_(t).div_(2), lambda t, i, c: t.view(8, 6).sum(0)):
+        for f in (
+            lambda t, i, c: t[1:4, 2:6] * t[2:5, 1:5],
+            lambda t, i, c: i[1:] + i[:2],
+            lambda t, i, c: t.t()[3:] - 1,
+            lambda t, i, c: (c.conj() * 2).resolve_conj(),
+            lambda t, i, c: t.add_(t).div_(2),
+            lambda t, i, c: t.view(8, 6).sum(0),
+        ):
             got, want = f(xn, intsn, zn), f(x, ints, z)
             torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
     assert torch.equal(xn.cpu(), x)

@@ -4,6 +4,7 @@ on the ``neuron`` device must reproduce CPU bit for bit.
 The simulator runs every op with the CPU kernel and neuron's RNG, seeded like
 CPU, draws CPU's streams, so anything short of exact equality is a device bug.
 """
+
 import copy
 import os
 
@@ -15,6 +16,7 @@ import pytest
 import torch
 import torch._dynamo
 from torch import nn
+
 from helpers import MLP
 
 DEV = "neuron"
@@ -37,6 +39,7 @@ def _assert_equal(cpu, neu, what=""):
 # --------------------------------------------------------------------------- #
 # 1. MLP + AdamW
 # --------------------------------------------------------------------------- #
+
 
 def _train_mlp(device, opt_kwargs, steps=20):
     _seed(0)
@@ -79,12 +82,23 @@ def test_mlp_adamw_parity(opt_kwargs):
 # 2. Tiny GPT-2 training with dropout
 # --------------------------------------------------------------------------- #
 
+
 def _tiny_gpt2_config(**kw):
     from transformers import GPT2Config
 
-    cfg = dict(vocab_size=1000, n_positions=64, n_embd=64, n_layer=2, n_head=4,
-               resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1,
-               bos_token_id=0, eos_token_id=999, pad_token_id=999)
+    cfg = dict(
+        vocab_size=1000,
+        n_positions=64,
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        resid_pdrop=0.1,
+        embd_pdrop=0.1,
+        attn_pdrop=0.1,
+        bos_token_id=0,
+        eos_token_id=999,
+        pad_token_id=999,
+    )
     cfg.update(kw)
     return GPT2Config(**cfg)
 
@@ -147,22 +161,31 @@ def test_gpt2_to_neuron_keeps_tied_weights(move):
         model.neuron()
     assert model.transformer.wte.weight.device.type == DEV
     assert model.lm_head.weight.device.type == DEV
-    assert model.lm_head.weight is model.transformer.wte.weight, (
-        "Module.to('neuron') untied lm_head.weight from transformer.wte.weight"
-    )
+    assert (
+        model.lm_head.weight is model.transformer.wte.weight
+    ), "Module.to('neuron') untied lm_head.weight from transformer.wte.weight"
 
 
 # --------------------------------------------------------------------------- #
 # 3. Greedy generation
 # --------------------------------------------------------------------------- #
 
+
 def _tiny_llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=128, bos_token_id=0, eos_token_id=999,
-                      pad_token_id=999)
+    cfg = LlamaConfig(
+        vocab_size=1000,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        bos_token_id=0,
+        eos_token_id=999,
+        pad_token_id=999,
+    )
     _seed(0)
     return LlamaForCausalLM(cfg).eval()
 
@@ -251,6 +274,7 @@ def test_minilm_automodel_parity():
 # 5. Serialization
 # --------------------------------------------------------------------------- #
 
+
 def _neuron_state_dict():
     _seed(0)
     sd = MLP().to(DEV).state_dict()
@@ -267,8 +291,9 @@ def test_torch_save_load_neuron_state_dict(tmp_path, map_location):
     f = tmp_path / "sd.pt"
     torch.save(sd, f)
     loaded = torch.load(f, map_location=map_location, weights_only=True)
-    want = {None: torch.device("neuron:0"), "cpu": torch.device("cpu"),
-            "neuron:1": torch.device("neuron:1")}[map_location]
+    want = {None: torch.device("neuron:0"), "cpu": torch.device("cpu"), "neuron:1": torch.device("neuron:1")}[
+        map_location
+    ]
     assert loaded.keys() == sd.keys()
     for k, v in sd.items():
         assert loaded[k].device == want, k

@@ -20,6 +20,7 @@ Writes ``out/op_parity.json``.  Run with::
 
     pytest -m slow tests/core/test_op_parity.py -s
 """
+
 import collections
 import json
 import os
@@ -394,11 +395,15 @@ def test_op_parity():
     with open(REPORT, "w") as f:
         json.dump(report, f, indent=1, default=str)
 
-    print(f"\nop parity vs CPU: {len(tested)} (op, dtype) pairs tested, {len(passed)} passed, "
-          f"pass rate {rate:.2%} ({elapsed:.0f}s)")
-    print(f"  excluded (not runnable on CPU): {len(report['excluded'])}, "
-          f"nondeterministic: {len(report['nondeterministic'])}, skipped: {len(skipped_ops)}, "
-          f"passed but not bitwise equal: {len(report['pairs_not_bitwise_equal'])}")
+    print(
+        f"\nop parity vs CPU: {len(tested)} (op, dtype) pairs tested, {len(passed)} passed, "
+        f"pass rate {rate:.2%} ({elapsed:.0f}s)"
+    )
+    print(
+        f"  excluded (not runnable on CPU): {len(report['excluded'])}, "
+        f"nondeterministic: {len(report['nondeterministic'])}, skipped: {len(skipped_ops)}, "
+        f"passed but not bitwise equal: {len(report['pairs_not_bitwise_equal'])}"
+    )
     for (phase, key), recs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         g = {"phase": phase, "error": key, "count": len(recs), "pairs": [f"{r['op']}:{r['dtype']}" for r in recs]}
         tag = " [known]" if all("known" in r for r in recs) else ""

@@ -4,6 +4,7 @@ bitwise equal (random ops use the same seed on both devices).
 
 The full OpInfo-driven suite is tests/core/test_op_parity.py (marked slow).
 """
+
 import pytest
 import torch
 import torch.nn.functional as F

@@ -1,6 +1,8 @@
 """The CPU-kernel fallback: semantics identical to CPU, PyTorch's errors."""
+
 import pytest
 import torch
+
 import torch_neuronx
 
 
@@ -100,9 +102,14 @@ def test_factories_with_device_argument():
 def test_layer_norm_uses_cpu_kernel_numerics():
     x = torch.randn(4, 33)
     w, b = torch.randn(33), torch.randn(33)
-    same(torch.nn.functional.layer_norm(x.to("neuron"), (33,), w.to("neuron"), b.to("neuron")),
-         torch.nn.functional.layer_norm(x, (33,), w, b))
-    same(torch.nn.functional.group_norm(x.view(4, 33, 1).to("neuron"), 3), torch.nn.functional.group_norm(x.view(4, 33, 1), 3))
+    same(
+        torch.nn.functional.layer_norm(x.to("neuron"), (33,), w.to("neuron"), b.to("neuron")),
+        torch.nn.functional.layer_norm(x, (33,), w, b),
+    )
+    same(
+        torch.nn.functional.group_norm(x.view(4, 33, 1).to("neuron"), 3),
+        torch.nn.functional.group_norm(x.view(4, 33, 1), 3),
+    )
 
 
 def test_convolution_forward_backward():

@@ -1,9 +1,10 @@
 """Fidelity accounting of ops that are not native on Trainium."""
+
 import warnings
 
 import torch
-import torch_neuronx
 
+import torch_neuronx
 from helpers import run_python
 
 
@@ -25,7 +26,9 @@ def test_float64_is_recorded_and_warned_once():
         x * 3
     msgs = [str(w.message) for w in caught if "CPU fallback" in str(w.message)]
     assert len(msgs) == 1  # once per op
-    assert msgs[0].startswith("Operator 'aten::mul.Tensor' executed via CPU fallback (float64 is not native on Trainium)")
+    assert msgs[0].startswith(
+        "Operator 'aten::mul.Tensor' executed via CPU fallback (float64 is not native on Trainium)"
+    )
     assert torch_neuronx.get_fallback_ops() == {"aten::mul.Tensor": ["float64 is not native on Trainium"]}
     torch_neuronx.clear_op_tracking()
     assert torch_neuronx.get_fallback_ops() == {}
@@ -51,9 +54,12 @@ def test_complex_and_linalg_are_fallbacks():
 
 
 def test_strict_mode_raises():
-    r = run_python("import torch\n"
-                   "try:\n"
-                   "    torch.ones(2, dtype=torch.float64, device='neuron') * 2\n"
-                   "except RuntimeError as e:\n"
-                   "    print(e)\n", env={"TORCH_NEURONX_STRICT_FALLBACK": "1"})
+    r = run_python(
+        "import torch\n"
+        "try:\n"
+        "    torch.ones(2, dtype=torch.float64, device='neuron') * 2\n"
+        "except RuntimeError as e:\n"
+        "    print(e)\n",
+        env={"TORCH_NEURONX_STRICT_FALLBACK": "1"},
+    )
     assert "TORCH_NEURONX_STRICT_FALLBACK=1" in r.stdout and "aten::" in r.stdout, r.stderr

@@ -1,4 +1,5 @@
 """import torch alone registers the device (torch.backends entry point)."""
+
 import torch
 
 from helpers import run_python
@@ -35,8 +36,14 @@ def test_device_strings():
 def test_public_exports():
     import torch_neuronx
 
-    for name in ("Stream", "Event", "get_fallback_ops", "get_executed_ops", "clear_op_tracking",
-                 "is_neuron_runtime_initialized"):
+    for name in (
+        "Stream",
+        "Event",
+        "get_fallback_ops",
+        "get_executed_ops",
+        "clear_op_tracking",
+        "is_neuron_runtime_initialized",
+    ):
         assert hasattr(torch_neuronx, name), name
 
 

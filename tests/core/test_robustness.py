@@ -1,4 +1,5 @@
 """Process-level behaviour: fork, interpreter exit, threads."""
+
 import concurrent.futures
 import subprocess
 import sys
@@ -6,7 +7,6 @@ import textwrap
 
 import pytest
 import torch
-
 
 
 def _run_script(tmp_path, code):
@@ -17,7 +17,9 @@ def _run_script(tmp_path, code):
 
 
 def test_fork_after_init_raises_the_real_error(tmp_path):
-    r = _run_script(tmp_path, """
+    r = _run_script(
+        tmp_path,
+        """
         import multiprocessing as mp, torch
         def child(q):
             try:
@@ -30,16 +32,21 @@ def test_fork_after_init_raises_the_real_error(tmp_path):
                 ctx = mp.get_context(method); q = ctx.Queue()
                 p = ctx.Process(target=child, args=(q,)); p.start()
                 print(method, "|", q.get(timeout=120)); p.join()
-    """)
+    """,
+    )
     assert r.returncode == 0, r.stderr
     lines = dict(line.split(" | ") for line in r.stdout.strip().splitlines())
-    assert lines["fork"] == ("Cannot re-initialize Neuron runtime in forked subprocess. To use Neuron with "
-                             "multiprocessing, use the 'spawn' start method")
+    assert lines["fork"] == (
+        "Cannot re-initialize Neuron runtime in forked subprocess. To use Neuron with "
+        "multiprocessing, use the 'spawn' start method"
+    )
     assert lines["spawn"] == "ok"
 
 
 def test_fork_before_init_is_fine(tmp_path):
-    r = _run_script(tmp_path, """
+    r = _run_script(
+        tmp_path,
+        """
         import multiprocessing as mp, torch
         def child(q):
             q.put(str(torch.ones(1, device="neuron").device))
@@ -47,7 +54,8 @@ def test_fork_before_init_is_fine(tmp_path):
             torch.manual_seed(0)
             ctx = mp.get_context("fork"); q = ctx.Queue()
             p = ctx.Process(target=child, args=(q,)); p.start(); print(q.get(timeout=120)); p.join()
-    """)
+    """,
+    )
     assert r.stdout.strip() == "neuron:0", r.stderr
 
 
@@ -69,8 +77,10 @@ def test_no_abort_at_exit_after_backward():
 
 def test_threaded_host_to_device_copies():
     """transformers copies weights .to("neuron") from worker threads."""
-    sources = [torch.randn(257 + i).to(dt) for i, dt in
-               zip(range(200), [torch.float32, torch.bfloat16, torch.int64, torch.float16, torch.bool] * 40)]
+    sources = [
+        torch.randn(257 + i).to(dt)
+        for i, dt in zip(range(200), [torch.float32, torch.bfloat16, torch.int64, torch.float16, torch.bool] * 40)
+    ]
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         moved = list(pool.map(lambda t: t.to("neuron"), sources))
     for s, m in zip(sources, moved):

@@ -1,4 +1,5 @@
 """The PyTorch-free runtime's own C++ tests (csrc/runtime/tests), compiled with g++ and run."""
+
 import shutil
 import subprocess
 from pathlib import Path

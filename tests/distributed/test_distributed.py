@@ -3,6 +3,7 @@ rules), DDP, FSDP2, tensor/sequence parallel, FSDP x TP, DCP, transformers
 DistributedConfig, accelerate launch, examples/sft.py on 32 ranks and on two torchrun
 "nodes", and faults. Multi-process checks run under torchrun (or
 plain processes for the fault tests) from the workers in ./workers."""
+
 import datetime
 import socket
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+
 from helpers import worker_env
 
 WORKERS = Path(__file__).parent / "workers"
@@ -25,8 +27,15 @@ def _env():
 
 
 def torchrun(nproc, script, *args, timeout=300, env=None):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           str(WORKERS / script), *map(str, args)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        str(WORKERS / script),
+        *map(str, args),
+    ]
     p = subprocess.run(cmd, env={**_env(), **(env or {})}, capture_output=True, text=True, timeout=timeout)
     out = p.stdout + p.stderr
     assert p.returncode == 0, f"{script} failed (rc {p.returncode}):\n{out[-6000:]}"
@@ -39,11 +48,23 @@ def torchrun_nodes(nnodes, nproc_per_node, script, *args, timeout=600, env=None)
     endpoint = f"localhost:{_free_port()}"
     procs = []
     for node in range(nnodes):
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--node-rank={node}",
-               f"--nproc-per-node={nproc_per_node}", "--rdzv-backend=static", f"--rdzv-endpoint={endpoint}",
-               str(script), *map(str, args)]
-        procs.append(subprocess.Popen(cmd, env={**_env(), **(env or {})}, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nnodes={nnodes}",
+            f"--node-rank={node}",
+            f"--nproc-per-node={nproc_per_node}",
+            "--rdzv-backend=static",
+            f"--rdzv-endpoint={endpoint}",
+            str(script),
+            *map(str, args),
+        ]
+        procs.append(
+            subprocess.Popen(
+                cmd, env={**_env(), **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
     try:
         outs = [p.communicate(timeout=timeout)[0] for p in procs]
     finally:
@@ -69,8 +90,7 @@ def _free_port():
 @pytest.fixture
 def single_rank_group():
     store = dist.HashStore()
-    dist.init_process_group("neuron", rank=0, world_size=1, store=store,
-                            timeout=datetime.timedelta(seconds=30))
+    dist.init_process_group("neuron", rank=0, world_size=1, store=store, timeout=datetime.timedelta(seconds=30))
     yield dist.group.WORLD
     dist.destroy_process_group()
 
@@ -190,8 +210,17 @@ def test_sft_example_tp4_fsdp8_32_ranks_on_trn2_48xlarge(tmp_path):
     from torch_neuronx._hf_demo_utils import build_base_checkpoint
 
     base = build_base_checkpoint(str(tmp_path / "base"))
-    out = torchrun(32, "sft_mesh_worker.py", 4, 8, base, tmp_path / "out", 3, timeout=1200,
-                   env={"TORCH_NEURONX_INSTANCE_TYPE": "trn2.48xlarge"})
+    out = torchrun(
+        32,
+        "sft_mesh_worker.py",
+        4,
+        8,
+        base,
+        tmp_path / "out",
+        3,
+        timeout=1200,
+        env={"TORCH_NEURONX_INSTANCE_TYPE": "trn2.48xlarge"},
+    )
     mem = [line for line in out.splitlines() if line.startswith(("MEM", "SFT MESH"))]
     print("\n".join(mem))
     assert "SFT MESH OK tp=4 fsdp=8" in out, out[-4000:]
@@ -204,9 +233,16 @@ def tiny_llama_dir(tmp_path_factory):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     path = tmp_path_factory.mktemp("tiny_llama")
-    cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                      tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(0)
     LlamaForCausalLM(cfg).save_pretrained(path)
     return path
@@ -222,9 +258,21 @@ def test_transformers_distributed_config_tp2_fsdp2(tiny_llama_dir):
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_accelerate_launch_multi_neuron():
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           str(WORKERS / "accelerate_worker.py")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        str(WORKERS / "accelerate_worker.py"),
+    ]
     p = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, (p.stdout + p.stderr)[-6000:]
     assert p.stdout.count("ACCELERATE OK") == 2, p.stdout
@@ -239,11 +287,24 @@ def _launch_fault(scenario, timeout_s, world=2, extra_env=None):
     procs = []
     for r in range(world):
         env = _env()
-        env.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        env.update(
+            RANK=str(r),
+            LOCAL_RANK=str(r),
+            WORLD_SIZE=str(world),
+            LOCAL_WORLD_SIZE=str(world),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+        )
         env.update(extra_env or {})
-        procs.append(subprocess.Popen([sys.executable, str(WORKERS / "fault_worker.py"), scenario, str(timeout_s)],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(WORKERS / "fault_worker.py"), scenario, str(timeout_s)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     outs = [p.communicate(timeout=180)[0] for p in procs]
     return [p.returncode for p in procs], outs
 

@@ -14,6 +14,7 @@ torch.multiprocessing) are marked `multiprocess`. The other tests check what eve
 must satisfy: the guides exist, relative links and their anchors resolve, and no page
 cites internal issue numbers or documents that are not in the repository.
 """
+
 import os
 import re
 import subprocess
@@ -26,9 +27,22 @@ import pytest
 from helpers import REPO, worker_env
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-GUIDES = ["README.md", "device.md", "configuration.md", "compile.md", "distributed.md", "huggingface.md",
-          "diffusers.md", "nki.md", "tools.md", "fidelity.md", "architecture.md", "benchmarks.md",
-          "readiness.md", "profiling.md"]
+GUIDES = [
+    "README.md",
+    "device.md",
+    "configuration.md",
+    "compile.md",
+    "distributed.md",
+    "huggingface.md",
+    "diffusers.md",
+    "nki.md",
+    "tools.md",
+    "fidelity.md",
+    "architecture.md",
+    "benchmarks.md",
+    "readiness.md",
+    "profiling.md",
+]
 FENCE = re.compile(r"^(`{3,}|~{3,})\s*([\w+-]*)\s*$")
 MARKER = re.compile(r"^<!--\s*([\w\s,]+?)\s*-->\s*$")
 MARKER_WORDS = {"fragment", "run", "slow"}
@@ -108,8 +122,10 @@ def test_code_block_runs(block, tmp_path):
         cmd = ["bash", str(script)]
     timeout = SLOW_TIMEOUT if "slow" in block.markers else TIMEOUT
     p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
-    assert p.returncode == 0, (f"{block.id} ({block.lang}) exited {p.returncode}\n--- code ---\n{block.code}"
-                               f"--- stdout ---\n{p.stdout[-4000:]}\n--- stderr ---\n{p.stderr[-6000:]}")
+    assert p.returncode == 0, (
+        f"{block.id} ({block.lang}) exited {p.returncode}\n--- code ---\n{block.code}"
+        f"--- stdout ---\n{p.stdout[-4000:]}\n--- stderr ---\n{p.stderr[-6000:]}"
+    )
 
 
 def test_markers_are_known_and_placed_on_blocks_they_affect():
@@ -143,8 +159,14 @@ def test_the_readme_names_the_test_command_ci_runs():
 def test_no_internal_references(page):
     text = page.read_text(encoding="utf-8")
     assert not re.search(r"\bissue\s*#\s*\d", text, re.I), f"{page.name} cites an internal issue number"
-    for internal in ("TORCHNEURON.md", "HF_CONTRACT.md", "PRIVATEUSE1_NOTES", "UPSTREAM_SUITES", "TRAINIUM_PERF",
-                     "/work/"):
+    for internal in (
+        "TORCHNEURON.md",
+        "HF_CONTRACT.md",
+        "PRIVATEUSE1_NOTES",
+        "UPSTREAM_SUITES",
+        "TRAINIUM_PERF",
+        "/work/",
+    ):
         assert internal not in text, f"{page.name} cites {internal!r}, which is not in the repository"
 
 

@@ -1,4 +1,5 @@
 """torch.neuron.amp: CUDA-style autocast / GradScaler names delegating to torch.amp("neuron")."""
+
 import pytest
 import torch
 
@@ -69,8 +70,9 @@ def test_grad_scaler_scales_unscales_and_steps_like_cpu():
     assert scaled.device.type == "neuron"
     torch.testing.assert_close(scaled.cpu(), loss.detach().cpu() * scale)
     scaled.backward()
-    torch.testing.assert_close(model.weight.grad.cpu(), torch.autograd.grad(
-        torch.nn.functional.mse_loss(ref(xc), yc) * scale, ref.weight)[0])
+    torch.testing.assert_close(
+        model.weight.grad.cpu(), torch.autograd.grad(torch.nn.functional.mse_loss(ref(xc), yc) * scale, ref.weight)[0]
+    )
     scaler.unscale_(opt)
 
     ref_opt.zero_grad()

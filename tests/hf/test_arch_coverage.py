@@ -3,6 +3,7 @@ config (torch_neuronx.tools.arch_coverage): greedy generation on neuron eager mu
 give CPU's tokens and logits; static cache with the decode step compiled by
 backend "neuron" is checked on a representative set (fast) and more (slow).
 Architectures that fail on CPU itself are skipped with CPU's error."""
+
 import pytest
 import torch
 
@@ -10,8 +11,19 @@ from torch_neuronx.tools import arch_coverage as ac
 
 # Static cache + compiled decode: each architecture costs one Inductor compile.
 COMPILED_FAST = ["llama", "gpt2"]
-COMPILED_SLOW = ["mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "gpt_neox",
-                 "falcon", "mixtral", "qwen3_moe", "olmo2"]
+COMPILED_SLOW = [
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma2",
+    "gemma3_text",
+    "phi3",
+    "gpt_neox",
+    "falcon",
+    "mixtral",
+    "qwen3_moe",
+    "olmo2",
+]
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -88,10 +100,13 @@ def test_static_compiled_generation_matches_cpu_more(arch):
     _check_compiled(arch)
 
 
-@pytest.mark.parametrize("arch, reason", [
-    ("minimax", "uses no static cache"),  # its own MiniMaxCache: generate ignores cache_implementation
-    ("llama4_text", "does not compile"),  # get_compiled_call returns the eager forward for llama4
-])
+@pytest.mark.parametrize(
+    "arch, reason",
+    [
+        ("minimax", "uses no static cache"),  # its own MiniMaxCache: generate ignores cache_implementation
+        ("llama4_text", "does not compile"),  # get_compiled_call returns the eager forward for llama4
+    ],
+)
 def test_static_decode_transformers_never_compiles_is_not_applicable(arch, reason):
     # not a failure of the device: transformers runs no compiled decode for these on any device
     r = _run(arch, compiled=True)

@@ -5,6 +5,7 @@ transformers/accelerate pick the accelerator for ``device_map="auto"`` without m
 ``pipeline()`` without a device from fixed device lists that do not include neuron; the last two tests
 pin that behaviour, which docs/huggingface.md documents together with the calls used here.
 """
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, pipeline
@@ -18,8 +19,14 @@ def neuron_max_memory():
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=4)
+    config = LlamaConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+    )
     path = tmp_path_factory.mktemp("placement") / "tiny"
     LlamaForCausalLM(config).save_pretrained(path)
     return str(path)
@@ -80,8 +87,9 @@ def test_pipeline_with_device_neuron_matches_cpu(text_checkpoint):
 
 
 def test_pipeline_over_cores_with_device_map_auto_matches_cpu(text_checkpoint):
-    pipe = pipeline("text-generation", model=text_checkpoint, device_map="auto",
-                    model_kwargs={"max_memory": neuron_max_memory()})
+    pipe = pipeline(
+        "text-generation", model=text_checkpoint, device_map="auto", model_kwargs={"max_memory": neuron_max_memory()}
+    )
     devices = {p.device for p in pipe.model.parameters()}
     assert len(devices) >= 2 and {d.type for d in devices} == {"neuron"}, devices
     expected = _generate(pipeline("text-generation", model=text_checkpoint, device="cpu"))

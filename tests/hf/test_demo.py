@@ -1,4 +1,5 @@
 """`torch-neuronx demo`: TRL SFT of a tiny Llama on `neuron`, checkpoint reloaded on CPU, generation, summary."""
+
 import json
 import math
 import os
@@ -19,9 +20,23 @@ def test_demo_fine_tunes_saves_reloads_on_cpu_and_generates(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_", "TORCH_NEURONX_"))}
     env.update(HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO))
     proc = subprocess.run(
-        [*LAUNCH, "--steps", "8", "--max-new-tokens", "16", "--samples", "2", "--prompt", "A tensor",
-         "--out", str(out_dir)],
-        env=env, capture_output=True, text=True, timeout=600,
+        [
+            *LAUNCH,
+            "--steps",
+            "8",
+            "--max-new-tokens",
+            "16",
+            "--samples",
+            "2",
+            "--prompt",
+            "A tensor",
+            "--out",
+            str(out_dir),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     out = proc.stdout
@@ -77,6 +92,7 @@ def test_python_m_torch_neuronx_prints_the_cli_help():
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.run([sys.executable, "-m", "torch_neuronx"], env=env, capture_output=True, text=True, timeout=120)
     assert "usage: torch-neuronx" in proc.stdout and "demo" in proc.stdout, proc.stderr[-2000:]
-    proc = subprocess.run([sys.executable, "-m", "torch_neuronx", "--help"], env=env, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch_neuronx", "--help"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0 and "usage: torch-neuronx" in proc.stdout

@@ -23,6 +23,7 @@ sys.path.insert(0, str(EXAMPLES))
 
 from diffusion import compile_denoiser, generate  # noqa: E402
 from diffusion_pipelines import PIPELINES, build_pipeline  # noqa: E402
+
 from helpers import worker_env
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -77,8 +78,17 @@ def test_pipeline_compiled_matches_cpu(name):
 def test_example_saves_png(tmp_path):
     """The example end to end: progress bar, PNG, CPU check, non-zero exit on failure."""
     env = worker_env()
-    cmd = [sys.executable, str(EXAMPLES / "diffusion.py"), "--pipeline", "qwenimage", "--steps", "2",
-           "--check-cpu", "--out", str(tmp_path)]
+    cmd = [
+        sys.executable,
+        str(EXAMPLES / "diffusion.py"),
+        "--pipeline",
+        "qwenimage",
+        "--steps",
+        "2",
+        "--check-cpu",
+        "--out",
+        str(tmp_path),
+    ]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr[-4000:]
     assert "2/2" in p.stderr  # the pipeline's own tqdm bar
@@ -100,8 +110,15 @@ def test_example_compare_rejects_mismatch():
 
 def _torchrun(nproc: int, *args, env=None, timeout=1200) -> str:
     full_env = worker_env(**(env or {}))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           str(WORKERS / "diffusion_tp_worker.py"), *map(str, args)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        str(WORKERS / "diffusion_tp_worker.py"),
+        *map(str, args),
+    ]
     p = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout)
     assert p.returncode == 0, f"rc {p.returncode}:\n{(p.stdout + p.stderr)[-6000:]}"
     return p.stdout

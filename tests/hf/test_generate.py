@@ -2,12 +2,14 @@
 loading, greedy and seeded sampling, eager and static cache with the decode step
 compiled by transformers with backend "neuron", tokens identical to CPU, bounded
 compilations, and tensor parallel (tp_plan="auto", torchrun) equal to one process."""
+
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
 from helpers import worker_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,12 +36,21 @@ def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("generate")
     env = _env(tmp / "neff")
     ckpt = tmp / "tiny-llama"
-    cpu_out = _run([EXAMPLE, "--make-tiny", ckpt, "--device", "cpu", "--max-new-tokens", NEW_TOKENS,
-                    "--json", tmp / "cpu.json"], env)
+    cpu_out = _run(
+        [EXAMPLE, "--make-tiny", ckpt, "--device", "cpu", "--max-new-tokens", NEW_TOKENS, "--json", tmp / "cpu.json"],
+        env,
+    )
     neuron_out = _run([EXAMPLE, "--model", ckpt, "--max-new-tokens", NEW_TOKENS, "--json", tmp / "neuron.json"], env)
     load = lambda name: json.loads((tmp / name).read_text())  # noqa: E731
-    return {"dir": tmp, "ckpt": ckpt, "env": env, "cpu": load("cpu.json"), "neuron": load("neuron.json"),
-            "cpu_out": cpu_out, "neuron_out": neuron_out}
+    return {
+        "dir": tmp,
+        "ckpt": ckpt,
+        "env": env,
+        "cpu": load("cpu.json"),
+        "neuron": load("neuron.json"),
+        "cpu_out": cpu_out,
+        "neuron_out": neuron_out,
+    }
 
 
 def test_checkpoint_is_standard_and_loads_with_async_loading(runs):
@@ -60,7 +71,7 @@ def test_tokens_identical_to_cpu(runs, mode):
 def test_sampling_is_seeded_not_greedy(runs):
     t = runs["neuron"]["tokens"]
     assert t["sample/dynamic"] != t["greedy/dynamic"]  # sampling really sampled
-    assert t["sample/static"] == t["sample/dynamic"]   # same seed, same stream
+    assert t["sample/static"] == t["sample/dynamic"]  # same seed, same stream
 
 
 def test_compilations_bounded(runs):
@@ -73,16 +84,29 @@ def test_compilations_bounded(runs):
 
 
 def test_bad_arguments_are_rejected(runs):
-    p = subprocess.run([sys.executable, str(EXAMPLE), "--model", str(runs["ckpt"]), "--max-new-tokens", "0"],
-                       env=runs["env"], capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--model", str(runs["ckpt"]), "--max-new-tokens", "0"],
+        env=runs["env"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 2 and "--max-new-tokens must be >= 1" in p.stderr
 
 
 @pytest.mark.multiprocess
 def test_tensor_parallel_generation_equals_single_process(runs):
     ref = runs["dir"] / "neuron.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           str(WORKERS / "generate_tp_worker.py"), str(runs["ckpt"]), str(ref)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(WORKERS / "generate_tp_worker.py"),
+        str(runs["ckpt"]),
+        str(ref),
+    ]
     p = subprocess.run(cmd, env=runs["env"], capture_output=True, text=True, timeout=900)
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-6000:]

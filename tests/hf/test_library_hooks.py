@@ -1,6 +1,8 @@
 """Hooks for library paths that do not apply to neuron: DataParallel refused with the way out,
 misleading log messages of accelerate / transformers filtered (filters on their own loggers)."""
+
 import logging
+
 import pytest
 import torch
 

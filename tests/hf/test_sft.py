@@ -1,11 +1,13 @@
 """examples/sft.py: TRL SFTTrainer on neuron. TP 2 x FSDP 2 through transformers'
 DistributedConfig under torchrun (compiled, bf16, packed), and PEFT LoRA on one process; the
 checkpoint written by ``trainer.save_model`` reloads on CPU with the trained model's logits."""
+
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
 from helpers import REPO, worker_env
 
 WORKERS = Path(__file__).parent / "workers"
@@ -27,8 +29,20 @@ def _run(cmd, timeout):
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_sft_tp2_fsdp2_compiled_bf16_checkpoint_reloads_on_cpu(base_dir, tmp_path):
-    p = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4",
-              str(WORKERS / "sft_worker.py"), "tp_fsdp", base_dir, str(tmp_path / "out")], timeout=900)
+    p = _run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=4",
+            str(WORKERS / "sft_worker.py"),
+            "tp_fsdp",
+            base_dir,
+            str(tmp_path / "out"),
+        ],
+        timeout=900,
+    )
     assert p.stdout.count("SFT tp_fsdp OK") == 1, p.stdout
     assert "'loss':" in p.stdout + p.stderr  # the Trainer's own loss logging
 
@@ -41,9 +55,24 @@ def test_sft_lora_single_process_adapter_reloads_on_cpu(base_dir, tmp_path):
 
 
 def test_sft_example_rejects_a_mesh_that_does_not_match_the_processes(tmp_path):
-    p = subprocess.run([sys.executable, str(REPO / "examples" / "sft.py"), "--tp_size", "2", "--fsdp_size", "2",
-                        "--output_dir", str(tmp_path / "out"), "--base_model_dir", str(tmp_path / "base")],
-                       env=worker_env(), capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "examples" / "sft.py"),
+            "--tp_size",
+            "2",
+            "--fsdp_size",
+            "2",
+            "--output_dir",
+            str(tmp_path / "out"),
+            "--base_model_dir",
+            str(tmp_path / "base"),
+        ],
+        env=worker_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 2, (p.stdout + p.stderr)[-3000:]
     assert "must equal the number of processes (1)" in p.stderr and "torchrun" in p.stderr, p.stderr[-3000:]
     assert not (tmp_path / "base").exists()  # refused before building anything

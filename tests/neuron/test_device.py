@@ -1,4 +1,5 @@
 """torch.neuron device management and the simulated instance configuration."""
+
 import pytest
 import torch
 
@@ -68,8 +69,10 @@ def test_invalid_device_index():
 
 
 def test_local_rank_selects_current_device():
-    r = run_python("import torch; print(torch.neuron.current_device(), torch.empty(1, device='neuron').device)",
-                   env={"LOCAL_RANK": "3"})
+    r = run_python(
+        "import torch; print(torch.neuron.current_device(), torch.empty(1, device='neuron').device)",
+        env={"LOCAL_RANK": "3"},
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["3", "neuron:3"]
 
@@ -90,14 +93,18 @@ def test_local_rank_selects_current_device():
 def test_instance_configuration(env, count, chip, memory):
     r = run_python(
         "import torch; p = torch.neuron.get_device_properties(0); "
-        "print(torch.neuron.device_count(), p.name, p.total_memory)", env=env)
+        "print(torch.neuron.device_count(), p.name, p.total_memory)",
+        env=env,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == [str(count), chip, str(memory)]
 
 
 def test_visible_cores_map_to_logical_ids():
-    r = run_python("import torch; print([torch.neuron.get_device_properties(i).logical_core_id for i in range(2)])",
-                   env={"NEURON_RT_VISIBLE_CORES": "1,3"})
+    r = run_python(
+        "import torch; print([torch.neuron.get_device_properties(i).logical_core_id for i in range(2)])",
+        env={"NEURON_RT_VISIBLE_CORES": "1,3"},
+    )
     assert r.stdout.strip() == "[1, 3]"
 
 
@@ -120,14 +127,18 @@ def test_invalid_configuration_names_the_variable(env, variable):
         "try:\n"
         "    torch.empty(1, device='neuron')\n"
         "except ValueError as e:\n"
-        "    print(e)\n", env=env)
+        "    print(e)\n",
+        env=env,
+    )
     assert r.returncode == 0, r.stderr
     assert variable in r.stdout
 
 
 def test_init_and_is_initialized():
-    r = run_python("import torch; a = torch.neuron.is_initialized(); torch.manual_seed(0); b = torch.neuron.is_initialized();"
-                   " torch.ones(1, device='neuron'); print(a, b, torch.neuron.is_initialized())")
+    r = run_python(
+        "import torch; a = torch.neuron.is_initialized(); torch.manual_seed(0); b = torch.neuron.is_initialized();"
+        " torch.ones(1, device='neuron'); print(a, b, torch.neuron.is_initialized())"
+    )
     assert r.stdout.split() == ["False", "False", "True"]
 
 

@@ -1,4 +1,5 @@
 """torch.neuron (torch_neuronx/neuron) does not import upward from the rest of torch_neuronx."""
+
 import ast
 from pathlib import Path
 

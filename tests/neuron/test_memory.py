@@ -1,4 +1,5 @@
 """Per-core HBM accounting and out-of-memory behaviour."""
+
 import pytest
 import torch
 
@@ -69,8 +70,15 @@ def test_peak_and_reset():
     torch.neuron.reset_peak_memory_stats(1)
     assert torch.neuron.max_memory_allocated(1) == base
     stats = torch.neuron.memory_stats(1)
-    for key in ("allocated_bytes.all.current", "reserved_bytes.all.peak", "active_bytes.all.allocated",
-                "num_alloc_retries", "num_ooms", "allocation.all.freed", "allocation.all.allocated"):
+    for key in (
+        "allocated_bytes.all.current",
+        "reserved_bytes.all.peak",
+        "active_bytes.all.allocated",
+        "num_alloc_retries",
+        "num_ooms",
+        "allocation.all.freed",
+        "allocation.all.allocated",
+    ):
         assert key in stats
     torch.neuron.reset_accumulated_memory_stats(1)
     assert torch.neuron.memory_stats(1)["allocation.all.allocated"] == 0
@@ -166,9 +174,15 @@ def test_invalid_device_index_has_one_message():
     torch.ones(1, device="neuron")  # torch.accelerator.memory_stats reads nothing before the first allocation
     n = torch.neuron.device_count()
     expected = f"Invalid device index neuron:{n}: this process sees {n} neuron devices"
-    for call in (torch.neuron.memory_stats, torch.neuron.memory_allocated, torch.neuron.mem_get_info,
-                 torch.neuron.get_device_properties, torch.neuron.synchronize, torch.neuron.set_device,
-                 torch.accelerator.memory_stats):
+    for call in (
+        torch.neuron.memory_stats,
+        torch.neuron.memory_allocated,
+        torch.neuron.mem_get_info,
+        torch.neuron.get_device_properties,
+        torch.neuron.synchronize,
+        torch.neuron.set_device,
+        torch.accelerator.memory_stats,
+    ):
         with pytest.raises(IndexError, match=expected):
             call(n)
     with pytest.raises(IndexError, match=expected):

@@ -1,4 +1,5 @@
 """Per-device generators: seedable, reproducible, independent of CPU's."""
+
 import threading
 
 import torch

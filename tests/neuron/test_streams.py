@@ -1,4 +1,5 @@
 """Streams and events (synchronous execution, real timing)."""
+
 import time
 
 import pytest

@@ -8,9 +8,9 @@ each test), not from the tutorials: reductions keep the partition axis, position
 import numpy as np
 import pytest
 
-from torch_neuronx import nki
 import torch_neuronx.nki.isa as nisa
 import torch_neuronx.nki.language as nl
+from torch_neuronx import nki
 from torch_neuronx.nki import NKIShapeError, NKIUninitializedError
 
 RNG = np.random.default_rng(7)
@@ -22,6 +22,7 @@ def _x(*shape, dtype=np.float32):
 
 def _run(body, *args):
     """Run ``body(*hbm_args)`` as a kernel; it returns on-chip tiles, stored to HBM."""
+
     @nki.jit
     def k(*a):
         tiles = body(*a)
@@ -32,12 +33,15 @@ def _run(body, *args):
             nl.store(o, t if t.buffer == nl.sbuf else nl.copy(t))
             outs.append(o)
         return tuple(outs) if len(outs) > 1 else outs[0]
+
     return k(*args)
 
 
 # ----- 1. reductions keep the partition axis ----------------------------------------------
-@pytest.mark.parametrize("fn,ref", [(nl.sum, np.sum), (nl.max, np.max), (nl.min, np.min),
-                                    (nl.mean, np.mean), (nl.prod, np.prod), (nl.var, np.var)])
+@pytest.mark.parametrize(
+    "fn,ref",
+    [(nl.sum, np.sum), (nl.max, np.max), (nl.min, np.min), (nl.mean, np.mean), (nl.prod, np.prod), (nl.var, np.var)],
+)
 def test_reduction_without_keepdims_is_p_by_1_and_broadcasts_along_free(fn, ref):
     a = _x(128, 128) * 0.5
     r, centred = _run(lambda t: (fn(nl.load(t), axis=1), nl.load(t) - fn(nl.load(t), axis=1)), a)
@@ -53,6 +57,7 @@ def test_softmax_written_with_reductions_matches_numpy_at_free_128():
         x = nl.load(t)
         e = nl.exp(nl.subtract(x, nl.max(x, axis=1)))
         return nl.divide(e, nl.sum(e, axis=1))
+
     e = np.exp(a - a.max(1, keepdims=True))
     np.testing.assert_allclose(_run(body, a), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
 
@@ -77,6 +82,7 @@ def test_reduction_into_p1_dst_and_ds_view():
         one = nl.ndarray((128, 1), nl.float32)
         nisa.tensor_reduce(dst=one, op=nl.maximum, data=x, axis=(1, 2), negate=True)
         return acc, one
+
     acc, one = _run(body, a)
     np.testing.assert_allclose(acc, a.sum(2), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(one[:, 0], -a.max(axis=(1, 2)))
@@ -90,6 +96,7 @@ def test_integer_free_index_gives_p_by_1_operand():
         col = x[:, 3]
         assert col.shape == (128, 1)
         return nisa.tensor_scalar(x, nl.subtract, col)
+
     np.testing.assert_allclose(_run(body, a), a - a[:, 3:4])
 
 
@@ -115,6 +122,7 @@ def test_positional_dst_first_for_every_instruction():
         ps = nl.ndarray((32, 64), nl.float32, buffer=nl.psum)
         nisa.nc_matmul(ps, s, m)
         return cp, act, tt, ts_, red, rc, ps
+
     cp, act, tt, ts_, red, rc, ps = _run(body, a, b, st, mv)
     np.testing.assert_array_equal(cp, a)
     np.testing.assert_allclose(act, np.exp(0.5 * a), rtol=1e-6)
@@ -134,9 +142,10 @@ def test_nc_matmul_accumulate_modes():
         for _ in nl.affine_range(3):
             nisa.nc_matmul(auto, s, m)  # None: first overwrites, later accumulate
         over = nl.ndarray((16, 32), nl.float32, buffer=nl.psum)
-        for i in nl.affine_range(3):
+        for _i in nl.affine_range(3):
             nisa.nc_matmul(dst=over, stationary=s, moving=m, accumulate=False)
         return auto, over
+
     auto, over = _run(body, st, mv)
     np.testing.assert_allclose(auto, 3 * st.T @ mv, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(over, st.T @ mv, rtol=1e-4, atol=1e-4)
@@ -148,14 +157,15 @@ def test_nc_matmul_transpose_mode_transposes_stationary():
     def body(t):
         x = nl.load(t)
         out = nl.ndarray((100, 64), nl.float32, buffer=nl.psum)
-        nisa.nc_matmul(out, x, nl.shared_identity_matrix(64, dtype=nl.float32),
-                       is_transpose=True)
+        nisa.nc_matmul(out, x, nl.shared_identity_matrix(64, dtype=nl.float32), is_transpose=True)
         return out
+
     np.testing.assert_array_equal(_run(body, a), a.T)
 
     def wrong(t):
         x = nl.load(t)
         return nisa.nc_matmul(x, x[:, 0:64], is_transpose=True)
+
     with pytest.raises(NKIShapeError, match="identity"):
         _run(wrong, a)
 
@@ -170,6 +180,7 @@ def test_memset_activation_copy_and_nl_copy_op():
         c = nl.ndarray((32, 8), nl.float32)
         nisa.activation(dst=c, op=nl.copy, data=nl.load(t), scale=2.0)
         return m, old, c
+
     m, old, c = _run(body, a)
     assert (np.asarray(m, np.float32) == 1.5).all() and (old == 2.0).all()
     np.testing.assert_array_equal(c, 2 * a)
@@ -183,6 +194,7 @@ def test_activation_reduce_into_p1():
         rs = nl.ndarray((128, 1), nl.float32)
         nisa.activation(out, nl.exp, nl.load(t), reduce_op=nl.add, reduce_res=rs)
         return out, rs
+
     out, rs = _run(body, a)
     np.testing.assert_allclose(rs[:, 0], np.exp(a).sum(1), rtol=1e-5)
 
@@ -201,6 +213,7 @@ def test_bn_stats_with_mask_counts_only_live_elements():
         mv = nl.ndarray((128, 2), nl.float32)
         nisa.bn_aggr(mv, stats)
         return mv
+
     mv = _run(body, a)
     np.testing.assert_allclose(mv[:, 0], a.mean(1), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(mv[:, 1], a.var(1), rtol=1e-5)
@@ -211,6 +224,7 @@ def test_uninitialised_reads_raise_and_unwritten_outputs_are_nan():
         x = nl.ndarray((128, 16), nl.float32)
         x[:, 0:8] = nl.load(t[:, 0:8])
         return nl.add(x, 1.0)  # reads columns 8..15 that nothing wrote
+
     with pytest.raises(NKIUninitializedError, match="uninitialised"):
         _run(body, _x(128, 16))
 
@@ -219,6 +233,7 @@ def test_uninitialised_reads_raise_and_unwritten_outputs_are_nan():
         out = nl.ndarray((128, 16), nl.float32, buffer=nl.shared_hbm)
         nl.store(out[:, 0:8], nl.load(t[:, 0:8]))
         return out
+
     out = partial(_x(128, 16))
     assert np.isnan(out[:, 8:]).all() and not np.isnan(out[:, :8]).any()
 
@@ -234,6 +249,7 @@ def test_tile_broadcast_to_expand_dims_and_ds():
         r = nl.broadcast_to(row, (128, 64))
         e = nl.expand_dims(nl.load(ta)[:, 0], 1)
         return c, r, nl.load(ta)[nl.ds(0, 64), :], e
+
     c, r, sl, e = _run(body, a, b)
     np.testing.assert_array_equal(c, np.broadcast_to(a, (128, 64)))
     np.testing.assert_array_equal(r, np.broadcast_to(b, (128, 64)))
@@ -250,8 +266,9 @@ def test_spmd_dim_nc_baremetal_typing_and_simulate_kernel():
     def k(a: tensor[4, 8]):
         out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
         i = nl.program_id(0)
-        nl.store(out[i:i + 1, :], nl.add(nl.load(a[i:i + 1, :]), i))
+        nl.store(out[i : i + 1, :], nl.add(nl.load(a[i : i + 1, :]), i))
         return out
+
     a = _x(4, 8)
     out = k[nl.spmd_dim(2, nl.nc(2))](a)
     np.testing.assert_allclose(out, a + np.arange(4)[:, None])
@@ -260,8 +277,7 @@ def test_spmd_dim_nc_baremetal_typing_and_simulate_kernel():
 
 def test_tile_size_constants():
     ts = nl.tile_size
-    assert (ts.pmax, ts.psum_bank_fmax, ts.gemm_stationary_fmax, ts.gemm_moving_fmax) == \
-        (128, 512, 128, 512)
+    assert (ts.pmax, ts.psum_bank_fmax, ts.gemm_stationary_fmax, ts.gemm_moving_fmax) == (128, 512, 128, 512)
     assert ts.psum_bank_fmax_bytes == 2048 and ts.bn_stats_fmax == 512
     for name in ("psum_min_align", "sbuf_min_align"):
         with pytest.raises(NotImplementedError, match=name):
@@ -271,10 +287,11 @@ def test_tile_size_constants():
 
 def test_elementwise_functions_against_formulas():
     import math
+
     a = _x(16, 32)
     g = np.vectorize(math.erf)
     refs = {
-        nl.erf_dx: 2 / np.sqrt(np.pi) * np.exp(-a.astype(np.float64) ** 2),
+        nl.erf_dx: 2 / np.sqrt(np.pi) * np.exp(-(a.astype(np.float64) ** 2)),
         nl.gelu_apprx_sigmoid: a * (1 / (1 + np.exp(-1.702 * a.astype(np.float64)))),
         nl.gelu: 0.5 * a * (1 + g(a / np.sqrt(2))),
         nl.erf: g(a),
@@ -305,6 +322,7 @@ def test_atomic_rmw_and_dropout():
         half = nl.ndarray(v.shape, v.dtype, buffer=nl.shared_hbm)
         nl.store(half, nl.dropout(nl.full(v.shape, 1.0, nl.float32), 0.5))
         return out, half
+
     acc, v = np.ones((64, 256), np.float32), _x(64, 256)
     out, half = k(acc, v)
     np.testing.assert_allclose(acc, 1 + v, rtol=1e-6)
@@ -315,6 +333,7 @@ def test_atomic_rmw_and_dropout():
 def test_unsimulated_collectives_raise():
     def body(t):
         nl.all_reduce(nl.load(t), op=nl.add)
+
     with pytest.raises(NotImplementedError, match="all_reduce"):
         _run(body, _x(4, 4))
     for fn, name in ((nisa.core_barrier, "core_barrier"), (nisa.sendrecv, "sendrecv")):
@@ -332,6 +351,7 @@ def test_dma_transpose():
         nisa.dma_transpose(s, t)
         nl.store(out, s)
         return out
+
     np.testing.assert_array_equal(k(a), a.T)
 
 
@@ -340,8 +360,10 @@ def test_tensor_tensor_scan():
     init = _x(32, 1)
 
     def body(ta, tb, ti):
-        return nisa.tensor_tensor_scan(nl.ndarray((32, 40), nl.float32), nl.load(ta),
-                                       nl.load(tb), nl.load(ti), nl.multiply, nl.add)
+        return nisa.tensor_tensor_scan(
+            nl.ndarray((32, 40), nl.float32), nl.load(ta), nl.load(tb), nl.load(ti), nl.multiply, nl.add
+        )
+
     ref = np.empty_like(a)
     prev = init[:, 0]
     for i in range(40):
@@ -359,9 +381,11 @@ def test_tensor_scalar_reduce_with_accumulator_commands():
         r1 = nl.ndarray((64, 1), nl.float32)
         nisa.tensor_scalar_reduce(out, x, nl.multiply, 2.0, nl.add, r1)
         r2 = nl.ndarray((64, 1), nl.float32)
-        nisa.tensor_scalar_reduce(nl.ndarray((64, 30), nl.float32), x, nl.add, 1.0, nl.add,
-                                  r2, reduce_cmd=nisa.reduce_cmd.reduce)
+        nisa.tensor_scalar_reduce(
+            nl.ndarray((64, 30), nl.float32), x, nl.add, 1.0, nl.add, r2, reduce_cmd=nisa.reduce_cmd.reduce
+        )
         return out, r1, r2
+
     out, r1, r2 = _run(body, a)
     np.testing.assert_allclose(out, 2 * a)
     np.testing.assert_allclose(r1[:, 0], 2 * a.sum(1), rtol=1e-5, atol=1e-5)
@@ -382,6 +406,7 @@ def test_predicated_and_dynamic_copies():
         g = nl.ndarray((32, 16), nl.float32)
         nisa.tensor_copy_dynamic_dst(dst=g, src=nl.load(ta))
         return d, e, f, g
+
     d, e, f, g = _run(body, a, b, pred)
     np.testing.assert_array_equal(d, np.where(pred, b, a))
     np.testing.assert_array_equal(e, np.where(pred, a, 7.0))
@@ -397,13 +422,16 @@ def test_range_select_and_select_reduce():
     def body(ta, tl, th):
         x = nl.load(ta)
         rr = nl.ndarray((16, 1), nl.float32)
-        out = nisa.range_select(nl.ndarray((16, 64), nl.float32), x, nl.greater_equal,
-                                nl.less, nl.load(tl), nl.load(th), reduce_res=rr)
+        out = nisa.range_select(
+            nl.ndarray((16, 64), nl.float32), x, nl.greater_equal, nl.less, nl.load(tl), nl.load(th), reduce_res=rr
+        )
         pr = nl.greater(x, 0.0, dtype=nl.uint8)
         sr = nl.ndarray((16, 1), nl.float32)
-        sel = nisa.select_reduce(nl.ndarray((16, 64), nl.float32), pr, x, -1.0, reduce_res=sr,
-                                 reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        sel = nisa.select_reduce(
+            nl.ndarray((16, 64), nl.float32), pr, x, -1.0, reduce_res=sr, reduce_cmd=nisa.reduce_cmd.reset_reduce
+        )
         return out, rr, sel, sr
+
     out, rr, sel, sr = _run(body, a, lo, hi)
     idx = np.arange(64)[None, :]
     keep = (idx >= lo) & (idx < hi)
@@ -423,9 +451,9 @@ def test_max8_find_index8_match_replace8():
         top = nisa.max8(nl.ndarray((16, 8), nl.float32), x)
         idx = nisa.nc_find_index8(nl.ndarray((16, 8), nl.uint32), x, top)
         rep_idx = nl.ndarray((16, 8), nl.uint32)
-        rep = nisa.nc_match_replace8(nl.ndarray((16, 40), nl.float32), x, top, -1.0,
-                                     dst_idx=rep_idx)
+        rep = nisa.nc_match_replace8(nl.ndarray((16, 40), nl.float32), x, top, -1.0, dst_idx=rep_idx)
         return top, idx, rep, rep_idx
+
     top, idx, rep, rep_idx = _run(body, a)
     ref_top = -np.sort(-a, 1)[:, :8]
     np.testing.assert_array_equal(top, ref_top)
@@ -451,6 +479,7 @@ def test_local_gather():
 
     def body(ts, ti):
         return nisa.local_gather(nl.load(ts), nl.load(ti), num_elem_per_idx=2)
+
     out = _run(body, src, index)
     # [P, index free (3), 16 partitions of a GpSimd core, elements per index]
     assert out.shape == (32, 3, 16, 2)
@@ -472,6 +501,7 @@ def test_nc_stream_shuffle():
         dst = nl.zeros((64, 8), nl.float32)
         nisa.nc_stream_shuffle(dst, nl.load(t), mask)
         return dst
+
     out = _run(body, a)
     for q in (0, 32):
         for i, m in enumerate(mask):
@@ -485,6 +515,7 @@ def test_default_target_follows_instance_type(monkeypatch):
         out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
         nl.store(out, nl.load(a))
         return out
+
     monkeypatch.setenv("TORCH_NEURONX_INSTANCE_TYPE", "trn3.3xlarge")
     k(_x(4, 4))
     assert k.cost_report().hardware == "trn3"
@@ -503,6 +534,7 @@ def test_kernel_arguments_must_share_a_device():
         out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
         nl.store(out, nl.add(nl.load(a), nl.load(b)))
         return out
+
     x = torch.randn(8, 8)
     msg = "Expected all tensors to be on the same device, but found at least two devices"
     with pytest.raises(RuntimeError, match=msg):
@@ -522,9 +554,9 @@ def test_dma_copy_read_modify_write_and_oob_skip():
         out = nl.ndarray((16, 16), t.dtype, buffer=nl.shared_hbm)
         nl.store(out, nl.full((16, 16), 1.0, nl.float32))
         i_f = nl.arange(16)[None, :]
-        nisa.dma_copy(dst=out[nl.load(ti), i_f], src=nl.load(t), dst_rmw_op=np.add,
-                      oob_mode=nisa.oob_mode.skip)
+        nisa.dma_copy(dst=out[nl.load(ti), i_f], src=nl.load(t), dst_rmw_op=np.add, oob_mode=nisa.oob_mode.skip)
         return out
+
     ref = np.ones((16, 16), np.float32)
     for r, i in enumerate(idx[:, 0]):
         if 0 <= i < 16:

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from torch_neuronx import nki
 import torch_neuronx.nki.isa as nisa
 import torch_neuronx.nki.language as nl
+from torch_neuronx import nki
 from torch_neuronx.nki.kernels import rmsnorm
 
 # Published figures (AWS "Trainium2/3 Architecture Guide for NKI"), written out here so
@@ -66,7 +66,7 @@ def test_matmul_is_compute_bound_with_expected_time():
 def _copy(a):
     out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
     for i in nl.affine_range(a.shape[1] // 8192):
-        nl.store(out[:, i * 8192:(i + 1) * 8192], nl.load(a[:, i * 8192:(i + 1) * 8192]))
+        nl.store(out[:, i * 8192 : (i + 1) * 8192], nl.load(a[:, i * 8192 : (i + 1) * 8192]))
     return out
 
 
@@ -91,6 +91,7 @@ def test_vector_instruction_cost_and_psum_accumulate_is_free():
         out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
         nl.store(out, nl.add(nl.load(a), 1.0))
         return out
+
     _, rep = nki.simulate(k, report=True)(np.zeros((128, 1000), np.float32))
     # fp32 data path: 256 elements/cycle over 128 lanes -> 1000 * 128 / 256 cycles
     assert rep.engine_busy_s["Vector"] == pytest.approx(500 / TRN2_VECTOR_HZ)
@@ -101,7 +102,8 @@ def test_vector_instruction_cost_and_psum_accumulate_is_free():
     # short instructions still pay the ~60-cycle SBUF access overhead
     assert rep.engine_busy_s["Vector"] == pytest.approx(60 / TRN2_VECTOR_HZ)
     _, rep = nki.simulate(_repeated_matmul, report=True)(
-        np.zeros((128, 128), np.float32), np.zeros((128, 512), np.float32), 3)
+        np.zeros((128, 128), np.float32), np.zeros((128, 512), np.float32), 3
+    )
     # the only Vector work: one PSUM memset and one PSUM->SBUF copy of [128, 512]
     assert rep.instructions["Vector"] == 2
 
@@ -110,7 +112,7 @@ def test_torch_estimate_hand_computed():
     a = torch.randn(1024, 1024, dtype=torch.bfloat16)
     _, rep = nki.estimate_torch(torch.mm, a, a)
     assert [op.name for op in rep.ops] == ["mm"]
-    flops = 2 * 1024 ** 3
+    flops = 2 * 1024**3
     assert rep.flops == flops
     assert rep.total_time_s == pytest.approx(flops / 79e12, rel=1e-9)
     assert rep.bound == "compute (Tensor)"
@@ -150,10 +152,11 @@ def test_load_into_a_tile_view_is_one_dma_and_no_copy():
         out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
         t = nl.ndarray((128, 2, 512), nl.float32, buffer=nl.sbuf)
         for j in nl.affine_range(2):
-            t[:, j, :] = nl.load(a[:, j * 512:(j + 1) * 512])
+            t[:, j, :] = nl.load(a[:, j * 512 : (j + 1) * 512])
         for j in nl.affine_range(2):
-            nl.store(out[:, j * 512:(j + 1) * 512], t[:, j, :])
+            nl.store(out[:, j * 512 : (j + 1) * 512], t[:, j, :])
         return out
+
     a = np.random.default_rng(0).standard_normal((128, 1024)).astype(np.float32)
     out, rep = nki.simulate(k, report=True)(a)
     np.testing.assert_array_equal(out, a)
@@ -167,6 +170,7 @@ def test_load_into_a_tile_view_is_one_dma_and_no_copy():
         t[...] = x  # assigning a named tile is a real copy
         nl.store(out, t)
         return out
+
     _, rep = nki.simulate(named, report=True)(a[:, :512])
     assert rep.instructions["Vector"] == 1
 
@@ -178,6 +182,7 @@ def test_dma_is_charged_by_bytes_moved():
         t = nl.load(a)
         nisa.dma_copy(dst=out, src=t)
         return out
+
     a = np.ones((128, 512), np.float32)
     _, rep = nki.simulate(store_bf16, report=True)(a)
     # fp32 HBM read (4 B) + bf16 HBM write (2 B) per element
@@ -186,6 +191,7 @@ def test_dma_is_charged_by_bytes_moved():
 
 def test_benchmark_writes_chrome_trace_and_rejects_neff(tmp_path):
     import json
+
     path = tmp_path / "profile.json"
     bench = nki.benchmark(save_trace_name=str(path), warmup=1, iters=2)(_copy)
     bench(np.ones((128, 8192), np.float32))

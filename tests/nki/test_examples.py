@@ -9,8 +9,7 @@ import pytest
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "nki"
 
 
-@pytest.mark.parametrize("name", ["add", "matmul", "softmax", "rmsnorm", "layernorm",
-                                  "attention"])
+@pytest.mark.parametrize("name", ["add", "matmul", "softmax", "rmsnorm", "layernorm", "attention"])
 def test_example_runs(name, capsys, monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLES))
     monkeypatch.setattr(sys, "argv", [f"{name}.py", "trn2"])

@@ -4,13 +4,20 @@ The repository is `examples/nki/kernel_repo` (NKI RMSNorm and a fused ViT MLP).
 Kernelized models are compared with the same model un-kernelized (float32;
 the kernels accumulate in float32 like PyTorch, differences are rounding only).
 """
+
 from pathlib import Path
 
 import pytest
 import torch
 import torch._dynamo
-from kernels import (LocalLayerRepository, Mode, get_local_kernel, kernelize, use_kernel_forward_from_hub,
-                     use_kernel_mapping)
+from kernels import (
+    LocalLayerRepository,
+    Mode,
+    get_local_kernel,
+    kernelize,
+    use_kernel_forward_from_hub,
+    use_kernel_mapping,
+)
 from kernels.variants import get_variants_local, resolve_variant
 from transformers import KernelConfig, LlamaConfig, LlamaForCausalLM, ViTConfig, ViTModel
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
@@ -45,8 +52,15 @@ def patched(request):
 
 def _tiny_llama(patched):
     patched({"LlamaRMSNorm": HubLlamaRMSNorm})
-    cfg = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    cfg = LlamaConfig(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     with apply_patches():
         model = LlamaForCausalLM(cfg)
@@ -57,8 +71,15 @@ def _tiny_llama(patched):
 def _tiny_vit(patched):
     kernel = get_local_kernel(REPO)
     patched({"ViTMLP": kernel.layers.NKIViTMLPLayout})
-    cfg = ViTConfig(image_size=32, patch_size=8, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                    intermediate_size=256, num_channels=3)
+    cfg = ViTConfig(
+        image_size=32,
+        patch_size=8,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=256,
+        num_channels=3,
+    )
     torch.manual_seed(0)
     with apply_patches():
         model = ViTModel(cfg, add_pooling_layer=False)
@@ -147,18 +168,24 @@ def test_transformers_kernel_config_local_mapping(patched):
         _close(model(ids).logits, expected)
 
 
-@pytest.mark.skipif(not is_kernels_available(),
-                    reason="transformers 5.23 enables kernels only for kernels>=0.18.2 (0.17.2 installed)")
+@pytest.mark.skipif(
+    not is_kernels_available(), reason="transformers 5.23 enables kernels only for kernels>=0.18.2 (0.17.2 installed)"
+)
 def test_from_pretrained_use_kernels_with_local_kernel_config(tmp_path):
-    cfg = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2)
+    cfg = LlamaConfig(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
     torch.manual_seed(0)
     LlamaForCausalLM(cfg).save_pretrained(tmp_path)
     ids = torch.randint(0, 96, (1, 7))
     plain = LlamaForCausalLM.from_pretrained(tmp_path, device_map=DEV).eval()
     config = KernelConfig({"RMSNorm": {"neuron": f"{REPO}:RMSNorm"}}, use_local_kernel=True)
-    model = LlamaForCausalLM.from_pretrained(tmp_path, device_map=DEV, use_kernels=True,
-                                             kernel_config=config).eval()
+    model = LlamaForCausalLM.from_pretrained(tmp_path, device_map=DEV, use_kernels=True, kernel_config=config).eval()
     assert model.model.norm.forward.__func__.__qualname__ == "RMSNorm.forward"
     with torch.no_grad():
         _close(model(ids.to(DEV)).logits, plain(ids.to(DEV)).logits)

@@ -25,8 +25,7 @@ def _module_graph():
                     deps.add(node.module.split(".")[0])
                 else:
                     deps.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and \
-                    node.module.startswith("torch_neuronx.nki."):
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("torch_neuronx.nki."):
                 deps.add(node.module.split(".")[2])
         graph[m] = deps & mods
     return graph
@@ -39,13 +38,14 @@ def _find_cycle(graph):
         state[n] = "open"
         for d in sorted(graph[n]):
             if state.get(d) == "open":
-                return path[path.index(d):] + [d] if d in path else path + [d]
+                return path[path.index(d) :] + [d] if d in path else path + [d]
             if d not in state:
                 c = visit(d, path + [d])
                 if c:
                     return c
         state[n] = "done"
         return None
+
     for n in sorted(graph):
         if n not in state:
             c = visit(n, [n])
@@ -67,7 +67,9 @@ def test_nki_modules_import_without_cycles():
 
 def test_import_nki_in_a_fresh_interpreter_without_torch(tmp_path):
     # What the torch_neuronx_nki.pth start-up file runs, then a NumPy-only tutorial file.
-    script = _alias.pth_line() + """
+    script = (
+        _alias.pth_line()
+        + """
 import sys
 import neuronxcc.nki as nki
 import neuronxcc.nki.language as nl
@@ -88,10 +90,12 @@ assert (add(x, x) == 2 * x).all()
 assert "torch" not in sys.modules, "NumPy-only NKI imported torch"
 print("ok")
 """
+    )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = os.path.dirname(os.path.dirname(NKI_DIR))
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                       cwd=tmp_path, env=env, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120
+    )
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 

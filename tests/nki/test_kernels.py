@@ -43,17 +43,22 @@ def test_add_cpu_bf16_exact():
     assert torch.equal(out, a + b)  # fp32 add rounded once to bf16 == torch's bf16 add
 
 
-@pytest.mark.parametrize("kmn,dtype", [
-    ((128, 128, 512), torch.float32), ((64, 32, 48), torch.float32),
-    ((300, 200, 700), torch.float32), ((256, 129, 513), torch.float32),
-    ((300, 200, 700), torch.bfloat16)])
+@pytest.mark.parametrize(
+    "kmn,dtype",
+    [
+        ((128, 128, 512), torch.float32),
+        ((64, 32, 48), torch.float32),
+        ((300, 200, 700), torch.float32),
+        ((256, 129, 513), torch.float32),
+        ((300, 200, 700), torch.bfloat16),
+    ],
+)
 @pytest.mark.parametrize("kernel", [matmul.nki_matmul_tiled, matmul.nki_matmul_hoisted])
 def test_matmul(kmn, dtype, kernel):
     k, m, n = kmn
     lhsT, rhs = _rand(k, m, dtype=dtype), _rand(k, n, dtype=dtype, seed=3)
     tol = dict(atol=1e-3, rtol=1e-4) if dtype == torch.float32 else dict(atol=0.25, rtol=2e-2)
-    _check(kernel, lambda a, b: (a.float().T @ b.float()).to(dtype), (lhsT, rhs), dtype=dtype,
-           tol=tol)
+    _check(kernel, lambda a, b: (a.float().T @ b.float()).to(dtype), (lhsT, rhs), dtype=dtype, tol=tol)
 
 
 def test_hoisted_matmul_reads_each_input_once():
@@ -71,8 +76,7 @@ def test_softmax(shape):
 
 
 def test_softmax_bf16():
-    _check(softmax.nki_softmax, softmax.reference, (_rand(257, 64, dtype=torch.bfloat16),),
-           dtype=torch.bfloat16)
+    _check(softmax.nki_softmax, softmax.reference, (_rand(257, 64, dtype=torch.bfloat16),), dtype=torch.bfloat16)
 
 
 @pytest.mark.parametrize("shape", [(3, 16), (128, 256), (257, 1024)])
@@ -86,20 +90,20 @@ def test_rmsnorm(shape, dtype):
 def test_layernorm(shape):
     x = _rand(*shape) * 2 + 1
     g, b = _rand(shape[1], seed=5), _rand(shape[1], seed=6)
-    _check(layernorm.nki_layernorm, layernorm.reference, (x, g, b),
-           tol=dict(atol=1e-4, rtol=1e-4))
+    _check(layernorm.nki_layernorm, layernorm.reference, (x, g, b), tol=dict(atol=1e-4, rtol=1e-4))
 
 
-@pytest.mark.parametrize("sq,sk,d,causal", [
-    (128, 128, 64, False), (200, 300, 32, False), (64, 513, 128, False),
-    (128, 128, 64, True), (300, 300, 16, True)])
+@pytest.mark.parametrize(
+    "sq,sk,d,causal",
+    [(128, 128, 64, False), (200, 300, 32, False), (64, 513, 128, False), (128, 128, 64, True), (300, 300, 16, True)],
+)
 def test_attention(sq, sk, d, causal):
     q, k, v = _rand(sq, d), _rand(sk, d, seed=7), _rand(sk, d, seed=8)
-    _check(attention.fused_attention, attention.reference, (q, k, v), {"causal": causal},
-           tol=dict(atol=1e-5, rtol=1e-4))
+    _check(
+        attention.fused_attention, attention.reference, (q, k, v), {"causal": causal}, tol=dict(atol=1e-5, rtol=1e-4)
+    )
 
 
 def test_attention_bf16_causal():
     q, k, v = (_rand(256, 64, dtype=torch.bfloat16, seed=s) for s in range(3))
-    _check(attention.fused_attention, attention.reference, (q, k, v), {"causal": True},
-           dtype=torch.bfloat16)
+    _check(attention.fused_attention, attention.reference, (q, k, v), {"causal": True}, dtype=torch.bfloat16)

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import run_python
-from torch_neuronx import nki
 import torch_neuronx.nki.isa as nisa
 import torch_neuronx.nki.language as nl
+from helpers import run_python
+from torch_neuronx import nki
 
 RNG = np.random.default_rng(0)
 
@@ -19,11 +19,11 @@ def _x(*shape):
 def test_grid_program_ids_and_shared_output():
     @nki.jit
     def k(a):
-        out = nl.ndarray((nl.num_programs(0), nl.num_programs(1)), nl.float32,
-                         buffer=nl.shared_hbm)
+        out = nl.ndarray((nl.num_programs(0), nl.num_programs(1)), nl.float32, buffer=nl.shared_hbm)
         i, j = nl.program_id(0), nl.program_id(1)
-        nl.store(out[i:i + 1, j:j + 1], nl.full((1, 1), 10 * i + j + a.shape[0], nl.float32))
+        nl.store(out[i : i + 1, j : j + 1], nl.full((1, 1), 10 * i + j + a.shape[0], nl.float32))
         return out
+
     out = k[2, 3](np.zeros((5, 1), np.float32))
     np.testing.assert_array_equal(out, 5 + np.array([[0, 1, 2], [10, 11, 12]]))
     assert k.cost_report().n_programs == 6
@@ -33,6 +33,7 @@ def test_legacy_output_argument_is_written_back():
     @nki.jit
     def k(a, out):
         nl.store(out, nl.multiply(nl.load(a), 2.0))
+
     a = torch.randn(64, 32)
     for dev in ("cpu", "neuron"):
         out = torch.zeros(64, 32, device=dev)
@@ -50,9 +51,9 @@ def test_multiple_outputs_and_scalar_args():
         o2 = nl.ndarray((a.shape[0], 1), nl.float32, buffer=nl.shared_hbm)
         t = nl.load(a)
         nl.store(o1, nl.multiply(t, alpha))
-        nl.store(o2, nl.max(t, axis=1, keepdims=True) if flag else nl.sum(t, axis=1,
-                                                                            keepdims=True))
+        nl.store(o2, nl.max(t, axis=1, keepdims=True) if flag else nl.sum(t, axis=1, keepdims=True))
         return o1, o2
+
     a = _x(16, 40)
     o1, o2 = k(a, 3.0, flag=True)
     np.testing.assert_allclose(o1, a * 3, rtol=1e-6)
@@ -65,6 +66,7 @@ def test_bf16_rounding_matches_torch():
         out = nl.ndarray(a.shape, nl.bfloat16, buffer=nl.shared_hbm)
         nl.store(out, nl.load(a, dtype=nl.bfloat16))
         return out
+
     a = torch.randn(8, 300)
     assert torch.equal(k(a), a.bfloat16())
 
@@ -82,13 +84,11 @@ def test_isa_ops_against_numpy():
         outs.append(nisa.activation(op=nl.exp, data=ta, reduce_op=nl.add, reduce_res=red))
         outs.append(red)
         outs.append(nisa.tensor_tensor(ta, tb, op=nl.maximum))
-        outs.append(nisa.tensor_scalar(ta, op0=nl.subtract, operand0=tc, reverse0=True,
-                                       op1=nl.multiply, operand1=3.0))
+        outs.append(nisa.tensor_scalar(ta, op0=nl.subtract, operand0=tc, reverse0=True, op1=nl.multiply, operand1=3.0))
         outs.append(nisa.tensor_reduce(nl.maximum, ta, axis=1, keepdims=True, negate=True))
         outs.append(nisa.tensor_reduce(nl.sum, ta, axis=1, keepdims=True))
         outs.append(nisa.tensor_reduce(np.max, ta, axis=(1,), keepdims=True))
-        outs.append(nisa.scalar_tensor_tensor(ta, op0=nl.multiply, operand0=tc, op1=nl.add,
-                                              operand1=tb))
+        outs.append(nisa.scalar_tensor_tensor(ta, op0=nl.multiply, operand0=tc, op1=nl.add, operand1=tb))
         outs.append(nisa.tensor_copy(nisa.nc_transpose(ta)))
         outs.append(nisa.nc_transpose(ta[0:32, 0:32], engine=nisa.engine.vector))
         outs.append(nisa.iota(nl.arange(128)[:, None] * 3 + nl.arange(96)[None, :], nl.int32))
@@ -107,11 +107,24 @@ def test_isa_ops_against_numpy():
 
     got = k(a, b, col)
     i_p, j_f = np.arange(128)[:, None], np.arange(96)[None, :]
-    want = [np.tanh(a * 0.5 + col), np.exp(a), np.exp(a).sum(1, keepdims=True),
-            np.maximum(a, b), (col - a) * 3, -a.max(1, keepdims=True), a.sum(1, keepdims=True),
-            a.max(1, keepdims=True), a * col + b, a.T,
-            a[0:32, 0:32].T, i_p * 3 + j_f, np.full((128, 96), 7.5), a.sum(0, keepdims=True),
-            np.where(a > b, a, b), np.where(i_p >= j_f, a, -1.0)]
+    want = [
+        np.tanh(a * 0.5 + col),
+        np.exp(a),
+        np.exp(a).sum(1, keepdims=True),
+        np.maximum(a, b),
+        (col - a) * 3,
+        -a.max(1, keepdims=True),
+        a.sum(1, keepdims=True),
+        a.max(1, keepdims=True),
+        a * col + b,
+        a.T,
+        a[0:32, 0:32].T,
+        i_p * 3 + j_f,
+        np.full((128, 96), 7.5),
+        a.sum(0, keepdims=True),
+        np.where(a > b, a, b),
+        np.where(i_p >= j_f, a, -1.0),
+    ]
     for i, (g, w) in enumerate(zip(got, want)):
         np.testing.assert_allclose(g, w, rtol=2e-6, atol=2e-6, err_msg=f"output {i}")
 
@@ -129,6 +142,7 @@ def test_bn_stats_aggr_and_dma_copy():
         stats[:, 6:12] = nisa.bn_stats(t[:, 512:1000])
         nisa.dma_copy(dst=out, src=nisa.bn_aggr(stats))
         return out
+
     got = k(a)
     np.testing.assert_allclose(got[:, 0], a.mean(1), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got[:, 1], a.var(1), rtol=1e-4)
@@ -142,10 +156,12 @@ def test_nc_matmul_dst_accumulates_over_k():
         out = nl.ndarray((64, 200), nl.float32, buffer=nl.shared_hbm)
         acc = nl.zeros((64, 200), nl.float32, buffer=nl.psum)
         for kk in nl.affine_range(2):
-            nisa.nc_matmul(nl.load(lhsT[kk * 128:(kk + 1) * 128, :]),
-                           nl.load(rhs[kk * 128:(kk + 1) * 128, :]), dst=acc)
+            nisa.nc_matmul(
+                nl.load(lhsT[kk * 128 : (kk + 1) * 128, :]), nl.load(rhs[kk * 128 : (kk + 1) * 128, :]), dst=acc
+            )
         nl.store(out, nl.copy(acc))
         return out
+
     np.testing.assert_allclose(k(lhsT, rhs), lhsT.T @ rhs, rtol=1e-4, atol=1e-4)
 
 
@@ -155,14 +171,15 @@ def test_sequential_range_loop_carried_and_operators():
         out = nl.ndarray((128, 8), nl.float32, buffer=nl.shared_hbm)
         acc = nl.zeros((128, 8), nl.float32)
         for i in nl.sequential_range(a.shape[1] // 8):
-            t = nl.load(a[:, i * 8:(i + 1) * 8])
+            t = nl.load(a[:, i * 8 : (i + 1) * 8])
             acc[...] = acc * 0.5 + (-t) / 2 - 1
         nl.store(out, acc)
         return out
+
     a = _x(128, 32)
     want = np.zeros((128, 8), np.float32)
     for i in range(4):
-        want = want * 0.5 + (-a[:, i * 8:(i + 1) * 8]) / 2 - 1
+        want = want * 0.5 + (-a[:, i * 8 : (i + 1) * 8]) / 2 - 1
     np.testing.assert_allclose(k(a), want, rtol=1e-6, atol=1e-6)
 
 
@@ -172,10 +189,11 @@ def test_par_dim_block_allocation():
         out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
         buf = nl.ndarray((2, nl.par_dim(128), 16), nl.float32, buffer=nl.sbuf)
         for i in nl.affine_range(2):
-            buf[i] = nl.load(a[i * 128:(i + 1) * 128, :])
+            buf[i] = nl.load(a[i * 128 : (i + 1) * 128, :])
         for i in nl.affine_range(2):
-            nl.store(out[i * 128:(i + 1) * 128, :], nl.exp(buf[i]))
+            nl.store(out[i * 128 : (i + 1) * 128, :], nl.exp(buf[i]))
         return out
+
     a = _x(256, 16)
     np.testing.assert_allclose(k(a), np.exp(a), rtol=1e-6)
 
@@ -192,7 +210,8 @@ def test_nki_import_alias():
         "    o = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)\n"
         "    nl.store(o, nl.add(nl.load(a), 1.0))\n"
         "    return o\n"
-        "print(k(torch.zeros(2, 2)).sum().item())\n")
+        "print(k(torch.zeros(2, 2)).sum().item())\n"
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "4.0"
 
@@ -207,6 +226,7 @@ def test_kernel_called_from_kernel_is_inlined():
         out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
         nl.store(out, double(nl.load(a)))
         return out
+
     a = _x(8, 8)
     np.testing.assert_array_equal(outer(a), a * 2)
     assert outer.cost_report().instructions["Vector"] == 1

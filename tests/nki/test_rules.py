@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from torch_neuronx import nki
 import torch_neuronx.nki.isa as nisa
 import torch_neuronx.nki.language as nl
+from torch_neuronx import nki
 
 
 def _run(body, *arrays, target="trn2"):
@@ -31,33 +31,34 @@ def test_error_hierarchy():
     assert issubclass(nki.NKIIndexError, IndexError)
     assert issubclass(nki.NKIDtypeError, TypeError)
     assert issubclass(nki.NKIMemoryError, MemoryError)
-    for cls in (nki.NKIPartitionError, nki.NKIIndexError, nki.NKIBufferError,
-                nki.NKIContextError, nki.NKIShapeError):
+    for cls in (nki.NKIPartitionError, nki.NKIIndexError, nki.NKIBufferError, nki.NKIContextError, nki.NKIShapeError):
         assert issubclass(cls, nki.NKIError)
 
 
 def test_partition_limit_on_load():
     def k(a):
         nl.load(a[0:256, 0:4])
+
     _raises(nki.NKIPartitionError, k, A, match=("nl.load", "'result'", "256", "128"))
 
 
 def test_partition_limit_on_allocation():
     def k(a):
         nl.ndarray((129, 4), nl.float32, buffer=nl.sbuf, name="big")
-    _raises(nki.NKIPartitionError, k, A, match=("nl.ndarray(buffer=nl.sbuf)", "'big'", "129",
-                                                "128"))
+
+    _raises(nki.NKIPartitionError, k, A, match=("nl.ndarray(buffer=nl.sbuf)", "'big'", "129", "128"))
 
 
 def test_psum_tile_free_size():
     def k(a):
         nl.ndarray((128, 513), nl.float32, buffer=nl.psum, name="acc")
-    _raises(nki.NKITileSizeError, k, A, match=("nl.ndarray(buffer=nl.psum)", "'acc'", "2052",
-                                               "2048", "psum_fmax=512"))
+
+    _raises(nki.NKITileSizeError, k, A, match=("nl.ndarray(buffer=nl.psum)", "'acc'", "2052", "2048", "psum_fmax=512"))
 
     def ok(a):
         nl.ndarray((128, 512), nl.float32, buffer=nl.psum)
         nl.ndarray((128, 1024), nl.bfloat16, buffer=nl.psum)  # 2 KiB too: fits one bank
+
     _run(ok, A)
 
 
@@ -66,11 +67,13 @@ def test_psum_bank_count():
         tiles = [nl.zeros((128, 512), nl.float32, buffer=nl.psum) for _ in range(8)]
         extra = nl.zeros((128, 1), nl.float32, buffer=nl.psum, name="ninth")  # noqa: F841
         return tiles
+
     _raises(nki.NKIMemoryError, k, A, match=("'ninth'", "PSUM capacity", "8 banks"))
 
     def freed(a):  # banks are released when tiles die (loop-local tiles reuse them)
         for _ in range(20):
             t = nl.zeros((128, 512), nl.float32, buffer=nl.psum)  # noqa: F841
+
     _run(freed, A)
 
 
@@ -79,19 +82,24 @@ def test_matmul_stationary_and_moving_limits():
         st = nl.zeros((128, 129), nl.bfloat16)
         mv = nl.zeros((128, 512), nl.bfloat16)
         nisa.nc_matmul(st, mv)
-    _raises(nki.NKITileSizeError, stationary, A,
-            match=("nisa.nc_matmul", "'stationary'", "129", "gemm_stationary_fmax", "128"))
+
+    _raises(
+        nki.NKITileSizeError,
+        stationary,
+        A,
+        match=("nisa.nc_matmul", "'stationary'", "129", "gemm_stationary_fmax", "128"),
+    )
 
     def moving(a):
         st = nl.zeros((128, 128), nl.bfloat16)
         mv = nl.zeros((128, 513), nl.bfloat16)
         nisa.nc_matmul(st, mv)
-    _raises(nki.NKITileSizeError, moving, A,
-            match=("nisa.nc_matmul", "'moving'", "513", "gemm_moving_fmax", "512"))
+
+    _raises(nki.NKITileSizeError, moving, A, match=("nisa.nc_matmul", "'moving'", "513", "gemm_moving_fmax", "512"))
 
     def contraction(a):
-        nl.matmul(nl.zeros((64, 128), nl.bfloat16), nl.zeros((32, 128), nl.bfloat16),
-                  transpose_x=True)
+        nl.matmul(nl.zeros((64, 128), nl.bfloat16), nl.zeros((32, 128), nl.bfloat16), transpose_x=True)
+
     _raises(nki.NKITileSizeError, contraction, A, match=("nl.matmul", "'y'", "32", "64"))
 
 
@@ -99,29 +107,29 @@ def test_sbuf_capacity_trn2_vs_trn3():
     # 60000 fp32 = 240000 B per partition: over trn2's 224 KiB, under trn3's 256 KiB
     def k(a):
         nl.ndarray((128, 60000), nl.float32, buffer=nl.sbuf, name="huge")
-    _raises(nki.NKIMemoryError, k, A, match=("'huge'", "SBUF capacity", "229376", "28 MiB",
-                                             "trn2"))
+
+    _raises(nki.NKIMemoryError, k, A, match=("'huge'", "SBUF capacity", "229376", "28 MiB", "trn2"))
     _run(k, A, target="trn3")
 
     def accumulate(a):  # live tiles add up
         keep = [nl.ndarray((128, 16384), nl.float32) for _ in range(3)]
         nl.ndarray((128, 16384), nl.float32, name="fourth")
         return keep
+
     _raises(nki.NKIMemoryError, accumulate, A, match=("'fourth'", "196608 + 65536"))
 
 
 def test_engine_dtypes():
     def int_matmul(a):
         nisa.nc_matmul(nl.zeros((128, 128), nl.int32), nl.zeros((128, 128), nl.bfloat16))
-    _raises(nki.NKIDtypeError, int_matmul, A,
-            match=("nisa.nc_matmul", "'stationary'", "int32", "Tensor Engine"))
+
+    _raises(nki.NKIDtypeError, int_matmul, A, match=("nisa.nc_matmul", "'stationary'", "int32", "Tensor Engine"))
 
     def bf16_psum(a):
         dst = nl.zeros((128, 128), nl.bfloat16, buffer=nl.psum, name="acc")
-        nisa.nc_matmul(nl.zeros((128, 128), nl.bfloat16), nl.zeros((128, 128), nl.bfloat16),
-                       dst=dst)
-    _raises(nki.NKIDtypeError, bf16_psum, A, match=("nisa.nc_matmul", "'dst'", "float32",
-                                                    "trn2"))
+        nisa.nc_matmul(nl.zeros((128, 128), nl.bfloat16), nl.zeros((128, 128), nl.bfloat16), dst=dst)
+
+    _raises(nki.NKIDtypeError, bf16_psum, A, match=("nisa.nc_matmul", "'dst'", "float32", "trn2"))
     _run(bf16_psum, A, target="trn3")  # NeuronCore-v4 writes bf16 to PSUM
 
 
@@ -130,52 +138,57 @@ def test_out_of_bounds_slice_and_index_arrays():
 
     def slice_oob(a):
         nl.load(a[0:128, :])
-    _raises(nki.NKIIndexError, slice_oob, small, match=("nl.load", "'src'", "0:128",
-                                                       "size 100"))
+
+    _raises(nki.NKIIndexError, slice_oob, small, match=("nl.load", "'src'", "0:128", "size 100"))
 
     def index_oob(a):
         i_p = nl.arange(128)[:, None]
         nl.load(a[i_p, nl.arange(64)[None, :]])
-    _raises(nki.NKIIndexError, index_oob, small, match=("nl.load", "'src'", "100",
-                                                       "add a mask"))
+
+    _raises(nki.NKIIndexError, index_oob, small, match=("nl.load", "'src'", "100", "add a mask"))
 
     def masked(a):
         i_p = nl.arange(128)[:, None]
         t = nl.load(a[i_p, nl.arange(64)[None, :]], mask=i_p < 100)
         return t
+
     _run(masked, small)
 
     def store_oob(a):
         out = nl.ndarray((100, 64), nl.float32, buffer=nl.shared_hbm, name="out")
         nl.store(out[64:192, :], nl.zeros((128, 64), nl.float32))
+
     _raises(nki.NKIIndexError, store_oob, small, match=("nl.store", "'dst'", "64:192", "100"))
 
 
 def test_memory_placement_rules():
     def compute_on_hbm(a):
         nl.exp(a)
+
     _raises(nki.NKIBufferError, compute_on_hbm, A, match=("nl.exp", "'x'", "HBM", "nl.load"))
 
     def dma_from_psum(a):
         # (nl.store of a PSUM tile is allowed: the compiler copies it to SBUF first)
         out = nl.ndarray((128, 4), nl.float32, buffer=nl.shared_hbm)
         nisa.dma_copy(dst=out, src=nl.zeros((128, 4), nl.float32, buffer=nl.psum))
+
     _raises(nki.NKIBufferError, dma_from_psum, A, match=("nisa.dma_copy", "'src'", "PSUM"))
 
     def load_from_sbuf(a):
         nl.load(nl.zeros((128, 4), nl.float32))
+
     _raises(nki.NKIBufferError, load_from_sbuf, A, match=("nl.load", "'src'", "SBUF"))
 
     def matmul_from_psum(a):
-        nisa.nc_matmul(nl.zeros((128, 128), nl.bfloat16, buffer=nl.psum),
-                       nl.zeros((128, 128), nl.bfloat16))
-    _raises(nki.NKIBufferError, matmul_from_psum, A, match=("nisa.nc_matmul", "'stationary'",
-                                                           "SBUF only"))
+        nisa.nc_matmul(nl.zeros((128, 128), nl.bfloat16, buffer=nl.psum), nl.zeros((128, 128), nl.bfloat16))
+
+    _raises(nki.NKIBufferError, matmul_from_psum, A, match=("nisa.nc_matmul", "'stationary'", "SBUF only"))
 
 
 def test_partition_axis_reduction_rejected():
     def k(a):
         nl.sum(nl.load(a[0:128, 0:8]), axis=0)
+
     _raises(nki.NKIShapeError, k, A, match=("nl.sum", "'x'", "partition axis"))
 
 

@@ -1,4 +1,5 @@
 """NKI kernels from PyTorch: eager calls, wrap_nki, nki_op under torch.compile, autograd."""
+
 import pytest
 import torch
 import torch._dynamo
@@ -23,6 +24,7 @@ def _close(a, b, tol=1e-5):
 # --------------------------------------------------------------------------- #
 # Kernels used only here
 # --------------------------------------------------------------------------- #
+
 
 @nki.jit
 def _grid_scale_add(a, b, scale=1.0):
@@ -63,6 +65,7 @@ def _scale_into(x, out, factor=2.0):
 # Eager
 # --------------------------------------------------------------------------- #
 
+
 @pytest.mark.parametrize("rows", [7, 128, 130])
 def test_jit_kernel_eager_on_neuron(rows):
     x = torch.randn(rows, 64)
@@ -101,6 +104,7 @@ def test_wrap_nki_argument_errors():
 # torch.compile
 # --------------------------------------------------------------------------- #
 
+
 def _count_kernel_calls(fn, *args):
     """Run ``fn`` through Dynamo and count nki::kernel_call nodes in the captured graphs."""
     graphs = []
@@ -111,8 +115,7 @@ def _count_kernel_calls(fn, *args):
 
     torch.compile(fn, backend=backend, fullgraph=True)(*args)
     return sum(
-        1 for gm in graphs for n in gm.graph.nodes
-        if n.op == "call_function" and "nki.kernel_call" in str(n.target)
+        1 for gm in graphs for n in gm.graph.nodes if n.op == "call_function" and "nki.kernel_call" in str(n.target)
     )
 
 
@@ -133,8 +136,7 @@ def test_wrap_nki_in_compiled_graph(rows):
 
 def test_wrap_nki_called_inside_compiled_function_with_grid():
     a, b = torch.randn(256, 16), torch.randn(256, 16)
-    compiled = torch.compile(lambda a, b: wrap_nki(_grid_scale_add)[2](a, b, 3.0) - b,
-                             backend="neuron", fullgraph=True)
+    compiled = torch.compile(lambda a, b: wrap_nki(_grid_scale_add)[2](a, b, 3.0) - b, backend="neuron", fullgraph=True)
     _close(compiled(a.to(DEV), b.to(DEV)), a * 3.0)
 
 
@@ -156,6 +158,7 @@ def test_output_argument_kernel_is_functionalized():
 # --------------------------------------------------------------------------- #
 # nki_op
 # --------------------------------------------------------------------------- #
+
 
 @nki_op("nki_test::rmsnorm", mutates_args=())
 def rmsnorm_op(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -190,8 +193,7 @@ def test_nki_op_registers_a_torch_custom_op():
     x, w = torch.randn(2, 5, 48, device=DEV), torch.randn(48, device=DEV)
     assert torch.ops.nki_test.rmsnorm.default._schema.arguments[2].type.kind() == "FloatType"
     _close(rmsnorm_op(x, w, 1e-6), rmsnorm_ref(x.cpu(), w.cpu()))
-    result = torch.library.opcheck(rmsnorm_op, (x, w, 1e-6),
-                                   test_utils=("test_schema", "test_faketensor"))
+    result = torch.library.opcheck(rmsnorm_op, (x, w, 1e-6), test_utils=("test_schema", "test_faketensor"))
     assert set(result.values()) == {"SUCCESS"}
 
 
@@ -235,8 +237,7 @@ def test_nki_op_autograd_backward_is_a_kernel():
     _close(xn.grad, xr.grad)
     # Same gradient through a compiled training step.
     xc = x.to(DEV).requires_grad_()
-    loss = torch.compile(lambda t: (softmax_op(t * 2) * upstream.to(DEV)).sum(),
-                         backend="neuron", fullgraph=True)(xc)
+    loss = torch.compile(lambda t: (softmax_op(t * 2) * upstream.to(DEV)).sum(), backend="neuron", fullgraph=True)(xc)
     loss.backward()
     xr.grad = None
     (torch.softmax(xr * 2, -1) * upstream).sum().backward()
@@ -257,8 +258,7 @@ def test_nki_op_gradcheck():
     a = torch.randn(5, 6, device=DEV, requires_grad=True)
     b = torch.randn(5, 6, device=DEV, requires_grad=True)
     with pytest.warns(UserWarning, match="double precision"):
-        assert torch.autograd.gradcheck(lambda a, b: scale_add(a, b, 1.5), (a, b),
-                                        eps=1e-2, atol=1e-3, rtol=1e-3)
+        assert torch.autograd.gradcheck(lambda a, b: scale_add(a, b, 1.5), (a, b), eps=1e-2, atol=1e-3, rtol=1e-3)
 
 
 def test_nki_op_requires_annotations():

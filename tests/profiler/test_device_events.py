@@ -1,6 +1,7 @@
 """torch.profiler on neuron: device events of ops, compiled graphs and
 collectives (ProfilerActivity.PrivateUse1) in the Chrome trace and in
 key_averages(), linked to the CPU ops that launched them."""
+
 import datetime
 import json
 import subprocess
@@ -10,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from helpers import worker_env
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
+from helpers import worker_env
 from torch_neuronx import _C
 
 WORKERS = Path(__file__).parent / "workers"
@@ -155,8 +156,15 @@ def test_collective_device_event_single_rank(tmp_path):
 
 @pytest.mark.multiprocess
 def test_collective_device_events_two_ranks(tmp_path):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           str(WORKERS / "profile_collectives.py"), str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(WORKERS / "profile_collectives.py"),
+        str(tmp_path),
+    ]
     p = subprocess.run(cmd, env=worker_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, (p.stdout + p.stderr)[-6000:]
     for rank in range(2):

@@ -1,6 +1,7 @@
 """torch.neuron.memory._record_memory_history / _snapshot / _dump_snapshot:
 CUDA-format snapshots that PyTorch's own memory visualizer reads, with the
 Python stacks of allocations."""
+
 import pickle
 
 import pytest
@@ -135,12 +136,15 @@ def test_free_of_allocation_made_before_recording():
     assert mine[0]["size"] == 777 * 4
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"enabled": "yes"}, "enabled must be one of"),
-    ({"context": "stack"}, "context must be one of"),
-    ({"stacks": "cpp"}, "stacks must be one of"),
-    ({"max_entries": 0}, "max_entries must be a positive int"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"enabled": "yes"}, "enabled must be one of"),
+        ({"context": "stack"}, "context must be one of"),
+        ({"stacks": "cpp"}, "stacks must be one of"),
+        ({"max_entries": 0}, "max_entries must be a positive int"),
+    ],
+)
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         MEM._record_memory_history(**kwargs)

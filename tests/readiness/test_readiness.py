@@ -1,5 +1,6 @@
 """torch_neuronx.readiness and `torch-neuronx check`: reports checked against known
 values (source lines, byte counts, published figures)."""
+
 import inspect
 import json
 import subprocess
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 import torch_neuronx
 from helpers import worker_env
 from torch_neuronx import _hardware as hw
@@ -23,8 +25,13 @@ def _line(path: Path, marker: str) -> int:
 
 def _check(tmp_path, *cmd, options=(), timeout=600):
     out = tmp_path / "report"
-    p = subprocess.run([sys.executable, "-m", "torch_neuronx.cli", "check", "--out", str(out), *options, "--", *cmd],
-                       env=worker_env(), capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(
+        [sys.executable, "-m", "torch_neuronx.cli", "check", "--out", str(out), *options, "--", *cmd],
+        env=worker_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return p, out
 
 
@@ -210,8 +217,7 @@ def test_check_cli_reports_float64_op_and_graph_break_lines(tmp_path):
 
 @pytest.mark.multiprocess
 def test_check_cli_torchrun_two_ranks_ddp_collectives(tmp_path):
-    p, out = _check(tmp_path, "torchrun", "--standalone", "--nproc-per-node", "2",
-                    str(SCRIPTS / "ddp_steps.py"))
+    p, out = _check(tmp_path, "torchrun", "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "ddp_steps.py"))
     assert p.returncode == 0, p.stderr[-3000:]
     data = json.loads((out / "report.json").read_text())
     assert data["ranks"] == 2 and data["steps"] == 5

@@ -1,10 +1,12 @@
 """Command-line tools in pipes and their --help: no traceback when the reader leaves early."""
+
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
 from helpers import worker_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,8 +50,11 @@ def test_neuron_ls_piped_to_head_in_a_shell():
     assert "Traceback" not in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("cmd,usage", [(LS, "usage: neuron-ls"), ([*CLI, "ls"], "usage: torch-neuronx ls")],
-                         ids=["neuron-ls", "torch-neuronx-ls"])
+@pytest.mark.parametrize(
+    "cmd,usage",
+    [(LS, "usage: neuron-ls"), ([*CLI, "ls"], "usage: torch-neuronx ls")],
+    ids=["neuron-ls", "torch-neuronx-ls"],
+)
 def test_ls_help_names_the_command_used(cmd, usage):
     proc = subprocess.run([*cmd, "--help"], capture_output=True, text=True, env=_env(), timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -59,15 +64,21 @@ def test_ls_help_names_the_command_used(cmd, usage):
 @pytest.mark.parametrize("script", ["add.py", "softmax.py"])
 def test_nki_tutorial_help_does_not_run_the_kernel(script):
     path = ROOT / "examples" / "nki" / script
-    proc = subprocess.run([sys.executable, str(path), "--help"], capture_output=True, text=True, env=_env(),
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(path), "--help"], capture_output=True, text=True, env=_env(), timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: ") and "{trn2,trn3}" in proc.stdout, proc.stdout
     assert "matches PyTorch" not in proc.stdout
 
 
 def test_nki_tutorial_rejects_an_unknown_target_before_running():
-    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "nki" / "add.py"), "trn9"], capture_output=True,
-                          text=True, env=_env(), timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "nki" / "add.py"), "trn9"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=120,
+    )
     assert proc.returncode == 2 and "invalid choice: 'trn9'" in proc.stderr, proc.stderr
     assert "matches PyTorch" not in proc.stdout

@@ -1,4 +1,5 @@
 """torch.neuron.memory_summary(): every line of the table has the same width and column bars."""
+
 import torch
 
 
@@ -14,7 +15,11 @@ def test_memory_summary_lines_and_columns_align():
     assert all(line[0] == "|" and line[-1] == "|" for line in lines)
     rows = [line for line in lines if line.count("|") == 6]
     assert [r.split("|")[1].strip() for r in rows] == [
-        "Metric", "Allocated memory", "Reserved memory", "Tensor allocations"]
+        "Metric",
+        "Allocated memory",
+        "Reserved memory",
+        "Tensor allocations",
+    ]
     bars = {tuple(i for i, ch in enumerate(r) if ch == "|") for r in rows}
     assert len(bars) == 1, "\n".join(rows)
     assert "1023.00 MiB" in rows[1], rows[1]

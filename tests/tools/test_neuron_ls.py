@@ -1,4 +1,5 @@
 """neuron-ls: table and JSON output for the simulated instance, env handling, errors."""
+
 import json
 import os
 import subprocess
@@ -22,9 +23,7 @@ LAUNCH = [sys.executable, "-m", "torch_neuronx.tools.neuron_ls"]
 def run_ls(*args, launch=LAUNCH, **env):
     e = {k: v for k, v in os.environ.items() if k not in ENV_VARS}
     e.update(env)
-    return subprocess.run(
-        [*launch, *args], env=e, capture_output=True, text=True, timeout=120
-    )
+    return subprocess.run([*launch, *args], env=e, capture_output=True, text=True, timeout=120)
 
 
 def ok(proc):
@@ -129,8 +128,16 @@ def test_invalid_configuration_exits_1(args, env, var):
 
 
 def test_import_torch_neuronx_first_then_tool():
-    proc = subprocess.run([sys.executable, "-c", "import torch_neuronx, sys; from torch_neuronx.tools.neuron_ls import main;"
-                           " sys.exit(main([]))"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import torch_neuronx, sys; from torch_neuronx.tools.neuron_ls import main;" " sys.exit(main([]))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "instance-type:" in proc.stdout
 
@@ -146,7 +153,6 @@ def test_format_helpers():
 
 def test_memory_used_in_process():
     """Called inside a process that holds device memory, the table shows it."""
-    import torch
 
     x = torch.empty(1 << 20, dtype=torch.float32, device="neuron:0")
     data = neuron_ls.collect()

@@ -3,6 +3,7 @@
 ``torch.compile(model, backend="neuron")`` finds it through the
 ``torch_dynamo_backends`` entry point, or through :func:`register` (autoload).
 """
+
 from __future__ import annotations
 
 import sys

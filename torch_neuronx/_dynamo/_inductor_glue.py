@@ -9,6 +9,7 @@ still allocated with ``empty_strided(..., device="neuron")`` (our allocator).
 
 These are private APIs that change between releases, hence the version pin.
 """
+
 from __future__ import annotations
 
 import functools
@@ -184,6 +185,7 @@ def register_device_interface() -> None:
 # Inductor code generation: C++ kernels + Python wrapper for device "neuron"
 # --------------------------------------------------------------------------- #
 
+
 def _register_codegen() -> None:
     from torch._inductor.codegen.common import register_backend_for_device, register_device_op_overrides
     from torch._inductor.codegen.cpp import CppScheduling
@@ -200,9 +202,7 @@ def _register_codegen() -> None:
             if not triton and device.type == DEVICE:
                 self.writeline(self.wrap_kernel_call(kernel_name, call_args))
                 return
-            return super()._generate_kernel_call_helper(
-                kernel_name, call_args, device=device, triton=triton, **kwargs
-            )
+            return super()._generate_kernel_call_helper(kernel_name, call_args, device=device, triton=triton, **kwargs)
 
     class NeuronSubgraphWrapperCodegen(_NeuronKernelCalls, SubgraphPythonWrapperCodegen):
         pass
@@ -234,6 +234,7 @@ def _register_codegen() -> None:
 # --------------------------------------------------------------------------- #
 # "Is this the CPU?" checks
 # --------------------------------------------------------------------------- #
+
 
 def _rebind(module, name: str, new) -> None:
     """Replace `module.name` and every already-imported alias of it in Inductor."""
@@ -340,8 +341,7 @@ def _patch_cat_lowering() -> None:
         if all(i.get_dtype() in (torch.int8, torch.uint8) for i in inputs):
             return False  # the original's CPU-only fallback does not apply; keep its path
         sizevars = lowering.V.graph.sizevars
-        return not any(len(i.get_size()) == 1 and sizevars.statically_known_equals(i.get_size()[0], 0)
-                       for i in inputs)
+        return not any(len(i.get_size()) == 1 and sizevars.statically_known_equals(i.get_size()[0], 0) for i in inputs)
 
     @functools.wraps(orig)
     def cat(*args, **kwargs):
@@ -351,7 +351,8 @@ def _patch_cat_lowering() -> None:
             return orig(*args, **kwargs)
         dim = lowering._validate_dim(inputs[0], dim, 0)
         dtype = lowering.get_promoted_dtype(
-            *inputs, type_promotion_kind=lowering.ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+            *inputs, type_promotion_kind=lowering.ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT
+        )
         inputs = [lowering.to_dtype(i, dtype) for i in inputs]
         return ir.TensorBox(ir.ConcatKernel.create(inputs, dim))
 
@@ -363,6 +364,7 @@ def _patch_cat_lowering() -> None:
 # --------------------------------------------------------------------------- #
 # RNG state around recomputed random ops (activation checkpointing)
 # --------------------------------------------------------------------------- #
+
 
 def _neuron_device_of(args, kwargs):
     """The neuron device a random op runs on (its ``device=`` or first tensor), else None."""
@@ -436,6 +438,7 @@ def _patch_rng_state_hops() -> None:
 # --------------------------------------------------------------------------- #
 # Compilation entry points
 # --------------------------------------------------------------------------- #
+
 
 def passthrough_error_base() -> type:
     """Base class for errors that Dynamo re-raises to the user unwrapped.
@@ -571,16 +574,20 @@ def compile_graph(gm, example_inputs, *, cache_dir: str, use_cache: bool, on_inn
         import time
 
         t0 = time.perf_counter()
-        with _cache_scope(cache_dir), inductor_config.patch(patches), functorch_config.patch(
-            enable_autograd_cache=use_cache, enable_remote_autograd_cache=False
+        with (
+            _cache_scope(cache_dir),
+            inductor_config.patch(patches),
+            functorch_config.patch(enable_autograd_cache=use_cache, enable_remote_autograd_cache=False),
         ):
             compiled = compile_fx_inner(gm_, example_inputs_, **kwargs)
         if on_inner_compile is not None:
             on_inner_compile(gm_, compiled, bool(kwargs.get("is_backward", False)), time.perf_counter() - t0)
         return compiled
 
-    with _cache_scope(cache_dir), inductor_config.patch(patches), functorch_config.patch(
-        enable_autograd_cache=use_cache, enable_remote_autograd_cache=False
+    with (
+        _cache_scope(cache_dir),
+        inductor_config.patch(patches),
+        functorch_config.patch(enable_autograd_cache=use_cache, enable_remote_autograd_cache=False),
     ):
         return compile_fx(gm, example_inputs, inner_compile=inner_compile)
 

@@ -7,6 +7,7 @@ cached on disk. Options: ``model_name`` (names graphs and artifacts) and
 raising; default from ``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION``, which is
 ``1``: raise).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -17,9 +18,9 @@ import warnings
 
 import torch
 
+from ..profiler import _graphs as _profiler_graphs
 from . import _inductor_glue as glue
 from . import cache, metrics
-from ..profiler import _graphs as _profiler_graphs
 
 SUPPORTED_OPTIONS = ("model_name", "fallback_execution")
 
@@ -123,8 +124,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, *, mode=None, optio
     opts = _Options(mode, options)
     if glue.user_requested_dynamic():
         raise NeuronCompileOptionError(
-            "torch.compile(..., backend='neuron', dynamic=True) is not supported: "
-            f"{_STATIC_FIXES}"
+            "torch.compile(..., backend='neuron', dynamic=True) is not supported: " f"{_STATIC_FIXES}"
         )
     names = glue.placeholder_sources(gm)
     graph_name = f"{opts.model_name}_{next(_graph_ids)}"
@@ -166,7 +166,8 @@ def _note_recompilation(graph_name: str, example_inputs) -> None:
 def _cpu_inputs(example_inputs) -> list:
     # 0-dim CPU tensors are scalars, which devices accept (as CUDA does).
     return [
-        i for i, x in enumerate(example_inputs)
+        i
+        for i, x in enumerate(example_inputs)
         if isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dim() > 0
     ]
 
@@ -243,7 +244,10 @@ def _compile(gm, example_inputs: list, opts: _Options, graph_name: str, names: l
     t0 = time.perf_counter()
     try:
         compiled = glue.compile_graph(
-            gm, example_inputs, cache_dir=cache.cache_dir(), use_cache=use_cache,
+            gm,
+            example_inputs,
+            cache_dir=cache.cache_dir(),
+            use_cache=use_cache,
             on_inner_compile=on_inner_compile,
         )
     except Exception as e:

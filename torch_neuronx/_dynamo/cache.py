@@ -8,6 +8,7 @@
   generated code of every compiled graph under ``TORCH_NEURONX_DEBUG_DIR``
   (default ``./neuron_compile_artifacts``).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -231,7 +232,7 @@ def _elf_problem(path: str, size: int) -> str | None:
         return f"unreadable ({e.strerror})"
     if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2:
         return "not a 64-bit ELF library"
-    shoff, = struct.unpack_from("<Q", head, 0x28)
+    (shoff,) = struct.unpack_from("<Q", head, 0x28)
     shentsize, shnum = struct.unpack_from("<HH", head, 0x3A)
     if shoff + shentsize * shnum > size:
         return "truncated ELF library"

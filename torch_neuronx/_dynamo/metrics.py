@@ -3,6 +3,7 @@
 Counts are per process since the last ``reset_dynamo_metrics()``. Graph breaks
 come from Dynamo's own counters, so they cover every graph Dynamo split.
 """
+
 from __future__ import annotations
 
 import copy
@@ -13,14 +14,14 @@ _lock = threading.Lock()
 
 def _empty() -> dict:
     return {
-        "graphs_compiled": 0,     # graphs compiled by backend "neuron" (each shape counts)
-        "cache_hits": 0,          # graphs loaded from the persistent cache
-        "cache_misses": 0,        # graphs compiled from scratch (then stored)
-        "compile_seconds": 0.0,   # wall time spent compiling
-        "recompilations": [],     # {"graph", "shapes", "reason"}
-        "fallbacks": [],          # {"graph", "error"}: graphs run eagerly
-        "graphs": [],             # {"graph", "shapes", "seconds", "cache"}
-        "cache_discarded": [],    # corrupted cache entries deleted before use
+        "graphs_compiled": 0,  # graphs compiled by backend "neuron" (each shape counts)
+        "cache_hits": 0,  # graphs loaded from the persistent cache
+        "cache_misses": 0,  # graphs compiled from scratch (then stored)
+        "compile_seconds": 0.0,  # wall time spent compiling
+        "recompilations": [],  # {"graph", "shapes", "reason"}
+        "fallbacks": [],  # {"graph", "error"}: graphs run eagerly
+        "graphs": [],  # {"graph", "shapes", "seconds", "cache"}
+        "cache_discarded": [],  # corrupted cache entries deleted before use
     }
 
 

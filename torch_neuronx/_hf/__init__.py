@@ -3,6 +3,7 @@
 Only a public mechanism: ``logging.Filter``s on the libraries' own loggers. Nothing in the
 libraries is replaced.
 """
+
 import logging
 import re
 

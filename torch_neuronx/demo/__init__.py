@@ -5,6 +5,7 @@
 tokenizer, tiny Llama config and checkpoint), which examples and tests reuse.
 Importing this package has no side effects.
 """
+
 from .sft import main, parse_args
 
 __all__ = ["main", "parse_args"]

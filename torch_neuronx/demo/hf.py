@@ -3,6 +3,7 @@
 wrapped as a ``PreTrainedTokenizerFast``, and a tiny Llama-style checkpoint built from a
 config. Nothing is downloaded.
 """
+
 from __future__ import annotations
 
 import os
@@ -10,8 +11,14 @@ import shutil
 import tempfile
 from importlib import resources
 
-__all__ = ["SPECIAL_TOKENS", "build_base_checkpoint", "corpus_dataset", "load_corpus", "tiny_llama_config",
-           "train_tokenizer"]
+__all__ = [
+    "SPECIAL_TOKENS",
+    "build_base_checkpoint",
+    "corpus_dataset",
+    "load_corpus",
+    "tiny_llama_config",
+    "train_tokenizer",
+]
 
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 
@@ -51,7 +58,9 @@ def train_tokenizer(text: str | None = None, vocab_size: int = 512):
     from transformers import PreTrainedTokenizerFast
 
     if vocab_size < 256 + len(SPECIAL_TOKENS):
-        raise ValueError(f"vocab_size must be at least {256 + len(SPECIAL_TOKENS)} (bytes + specials), got {vocab_size}")
+        raise ValueError(
+            f"vocab_size must be at least {256 + len(SPECIAL_TOKENS)} (bytes + specials), got {vocab_size}"
+        )
     text = load_corpus() if text is None else text
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -64,13 +73,23 @@ def train_tokenizer(text: str | None = None, vocab_size: int = 512):
     )
     tok.train_from_iterator([p for p in text.split("\n") if p.strip()], trainer=trainer)
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>", unk_token="<unk>",
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        bos_token="<bos>",
+        eos_token="<eos>",
+        unk_token="<unk>",
         model_max_length=4096,
     )
 
 
-def tiny_llama_config(tokenizer, hidden_size: int = 128, layers: int = 2, heads: int = 4, kv_heads: int | None = None,
-                      max_positions: int = 1024):
+def tiny_llama_config(
+    tokenizer,
+    hidden_size: int = 128,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int | None = None,
+    max_positions: int = 1024,
+):
     """A small ``LlamaConfig`` sized for ``tokenizer``; heads stay divisible by 2 for tensor parallelism."""
     from transformers import LlamaConfig
 

@@ -10,6 +10,7 @@ peak device memory) is printed and, with ``--out``, saved with a loss plot.
 
     torch-neuronx demo --out runs/demo            # or: python -m torch_neuronx.demo
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,18 +40,28 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--hidden-size", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=False,
-                   help="bf16 mixed precision (the Trainer's --bf16: autocast on the device)")
-    p.add_argument("--compile", action="store_true",
-                   help="torch.compile the training step (the Trainer's --torch_compile: backend 'neuron')")
+    p.add_argument(
+        "--bf16",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="bf16 mixed precision (the Trainer's --bf16: autocast on the device)",
+    )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the training step (the Trainer's --torch_compile: backend 'neuron')",
+    )
     p.add_argument("--device", choices=["neuron", "cpu"], default="neuron", help="'cpu' to compare")
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help="prompt for generation (default: %(default)r)")
     p.add_argument("--max-new-tokens", type=int, default=60, help="tokens to generate (default: %(default)s)")
     p.add_argument("--samples", type=int, default=3, help="texts to sample from the prompt (default: %(default)s)")
     p.add_argument("--corpus", default=None, help="train on this UTF-8 text file instead of the built-in corpus")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=None,
-                   help="keep the checkpoint (model/), summary.json and loss.png here (default: a temporary directory)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="keep the checkpoint (model/), summary.json and loss.png here (default: a temporary directory)",
+    )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     args = p.parse_args(argv)
     if args.steps < 1:
@@ -71,7 +82,13 @@ def save_loss_plot(train: list[tuple[int, float]], evals: list[tuple[int, float]
     if train:
         ax.plot([s for s, _ in train], [v for _, v in train], lw=1.5, label="training loss (Trainer logs)")
     if evals:
-        ax.plot([s for s, _ in evals], [v for _, v in evals], "o", ms=6, label="loss on the corpus (evaluate, before / after)")
+        ax.plot(
+            [s for s, _ in evals],
+            [v for _, v in evals],
+            "o",
+            ms=6,
+            label="loss on the corpus (evaluate, before / after)",
+        )
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy (nats / token)")
     ax.set_title(title)
@@ -118,9 +135,15 @@ def main(argv=None) -> int:
     tokenizer = train_tokenizer(text, vocab_size=args.vocab_size)
     dataset = corpus_dataset(text, unit="sentence")
     torch.manual_seed(args.seed)
-    model = LlamaForCausalLM(tiny_llama_config(
-        tokenizer, hidden_size=args.hidden_size, layers=args.layers, heads=args.heads,
-        max_positions=max(256, args.seq_len + args.max_new_tokens + 16)))
+    model = LlamaForCausalLM(
+        tiny_llama_config(
+            tokenizer,
+            hidden_size=args.hidden_size,
+            layers=args.layers,
+            heads=args.heads,
+            max_positions=max(256, args.seq_len + args.max_new_tokens + 16),
+        )
+    )
     n_params = sum(p.numel() for p in model.parameters())
 
     config = SFTConfig(
@@ -149,8 +172,9 @@ def main(argv=None) -> int:
         seed=args.seed,
         disable_tqdm=args.no_progress,
     )
-    trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, eval_dataset=dataset,
-                         processing_class=tokenizer)
+    trainer = SFTTrainer(
+        model=model, args=config, train_dataset=dataset, eval_dataset=dataset, processing_class=tokenizer
+    )
     device = trainer.args.device
     if on_neuron:
         device = torch.device("neuron", torch.neuron.current_device())
@@ -161,19 +185,25 @@ def main(argv=None) -> int:
     else:
         dev_name = "cpu"
     n_seq = len(trainer.train_dataset)
-    print(f"torch-neuronx demo: fine-tune a Llama-style LM ({args.layers} layers, hidden {args.hidden_size}, "
-          f"{n_params / 1e6:.2f}M parameters) with TRL SFTTrainer")
-    print(f"device: {device} ({dev_name}{', simulated' if on_neuron else ''}) | corpus: {len(text)} chars, "
-          f"{len(dataset)} sentences -> {n_seq} packed sequences of {args.seq_len} tokens | "
-          f"BPE vocab {len(tokenizer)} (trained locally) | bf16: {'on' if args.bf16 else 'off'} | "
-          f"compile: {'on' if args.compile else 'off'}")
+    print(
+        f"torch-neuronx demo: fine-tune a Llama-style LM ({args.layers} layers, hidden {args.hidden_size}, "
+        f"{n_params / 1e6:.2f}M parameters) with TRL SFTTrainer"
+    )
+    print(
+        f"device: {device} ({dev_name}{', simulated' if on_neuron else ''}) | corpus: {len(text)} chars, "
+        f"{len(dataset)} sentences -> {n_seq} packed sequences of {args.seq_len} tokens | "
+        f"BPE vocab {len(tokenizer)} (trained locally) | bf16: {'on' if args.bf16 else 'off'} | "
+        f"compile: {'on' if args.compile else 'off'}"
+    )
 
     loss_before = trainer.evaluate()["eval_loss"]
     result = trainer.train()
     loss_after = trainer.evaluate()["eval_loss"]
     history = trainer.state.log_history
     train_curve = [(h["step"], h["loss"]) for h in history if "loss" in h]
-    tokens = int(max((h.get("num_tokens", 0) for h in history), default=0)) or args.steps * args.batch_size * args.seq_len
+    tokens = (
+        int(max((h.get("num_tokens", 0) for h in history), default=0)) or args.steps * args.batch_size * args.seq_len
+    )
     train_seconds = result.metrics["train_runtime"]
     compile_metrics = torch.neuron.get_dynamo_metrics() if on_neuron and args.compile else None
     peak = torch.neuron.max_memory_allocated(device) if on_neuron else None
@@ -191,12 +221,19 @@ def main(argv=None) -> int:
     torch.manual_seed(args.seed)
     t_gen = time.perf_counter()
     with torch.no_grad():
-        out = trained.generate(input_ids=prompt_ids, attention_mask=torch.ones_like(prompt_ids),
-                               max_new_tokens=args.max_new_tokens, do_sample=True, temperature=0.7, top_k=20,
-                               num_return_sequences=args.samples,
-                               pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        out = trained.generate(
+            input_ids=prompt_ids,
+            attention_mask=torch.ones_like(prompt_ids),
+            max_new_tokens=args.max_new_tokens,
+            do_sample=True,
+            temperature=0.7,
+            top_k=20,
+            num_return_sequences=args.samples,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
     gen_seconds = time.perf_counter() - t_gen
-    new_ids = out[:, prompt_ids.shape[1]:]
+    new_ids = out[:, prompt_ids.shape[1] :]
     n_generated = int((new_ids != tokenizer.pad_token_id).sum())
     generated = tokenizer.batch_decode(out, skip_special_tokens=True)
 
@@ -226,30 +263,48 @@ def main(argv=None) -> int:
         "peak_memory_bytes": peak,
     }
     if compile_metrics is not None:
-        summary["compile_metrics"] = {k: compile_metrics[k] for k in (
-            "graphs_compiled", "cache_hits", "cache_misses", "compile_seconds", "num_recompilations", "graph_breaks")}
+        summary["compile_metrics"] = {
+            k: compile_metrics[k]
+            for k in (
+                "graphs_compiled",
+                "cache_hits",
+                "cache_misses",
+                "compile_seconds",
+                "num_recompilations",
+                "graph_breaks",
+            )
+        }
 
     print("summary:")
     print(f"  device:           {device} ({dev_name})")
     print(f"  training:         {args.steps} steps, {tokens:,} tokens in {train_seconds:.1f} s")
-    print(f"  tokens/s:         {tokens / train_seconds:,.0f} (train), "
-          f"{summary['generate_tokens_per_second']} (generate)")
+    print(
+        f"  tokens/s:         {tokens / train_seconds:,.0f} (train), "
+        f"{summary['generate_tokens_per_second']} (generate)"
+    )
     print(f"  loss before:      {loss_before:.4f} (on the corpus)")
-    print(f"  loss after:       {loss_after:.4f} (on the corpus; last logged training loss "
-          f"{train_curve[-1][1] if train_curve else float('nan'):.4f})")
-    print(f"  CPU reload:       max |logits(cpu) - logits({device.type})| = {logit_diff:.2e} "
-          f"({'ok' if logit_diff <= PORTABILITY_ATOL else 'MISMATCH'}, plain transformers on CPU)")
+    print(
+        f"  loss after:       {loss_after:.4f} (on the corpus; last logged training loss "
+        f"{train_curve[-1][1] if train_curve else float('nan'):.4f})"
+    )
+    print(
+        f"  CPU reload:       max |logits(cpu) - logits({device.type})| = {logit_diff:.2e} "
+        f"({'ok' if logit_diff <= PORTABILITY_ATOL else 'MISMATCH'}, plain transformers on CPU)"
+    )
     if peak is not None:
         print(f"  peak memory:      {peak / 2**20:.1f} MiB (torch.neuron.max_memory_allocated)")
     if compile_metrics is not None:
         c = summary["compile_metrics"]
-        print(f"  compile:          {c['graphs_compiled']} graphs, {c['compile_seconds']:.1f} s, cache hits/misses "
-              f"{c['cache_hits']}/{c['cache_misses']}, recompilations {c['num_recompilations']}, "
-              f"graph breaks {c['graph_breaks']}")
+        print(
+            f"  compile:          {c['graphs_compiled']} graphs, {c['compile_seconds']:.1f} s, cache hits/misses "
+            f"{c['cache_hits']}/{c['cache_misses']}, recompilations {c['num_recompilations']}, "
+            f"graph breaks {c['graph_breaks']}"
+        )
 
     plot = os.path.join(work, "loss.png")
-    save_loss_plot(train_curve, [(0, loss_before), (args.steps, loss_after)], plot,
-                   f"SFT of a tiny Llama on {device} ({dev_name})")
+    save_loss_plot(
+        train_curve, [(0, loss_before), (args.steps, loss_after)], plot, f"SFT of a tiny Llama on {device} ({dev_name})"
+    )
     with open(os.path.join(work, "summary.json"), "w", encoding="utf-8") as f:
         json.dump(dict(summary, train_curve=train_curve), f, indent=1)
     print(f"  saved:            checkpoint {model_dir}, summary.json and loss.png in {work}")

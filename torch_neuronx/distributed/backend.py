@@ -15,6 +15,7 @@ every device maps to the same backend name): neuron and CPU collectives of a
 group share one ordered stream of messages, like NCCL groups do, and object
 collectives / DCP's CPU metadata exchanges work on the same group.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -105,9 +106,7 @@ def register_backend() -> None:
     if dist.is_available():
         _install_coalescing(dist.ProcessGroup)
     if dist.is_available() and BACKEND_NAME.upper() not in dist.Backend._plugins:
-        dist.Backend.register_backend(
-            BACKEND_NAME, _create_backend, extended_api=True, devices=DEVICES
-        )
+        dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=DEVICES)
     _registered = True
 
 

@@ -4,6 +4,9 @@
 the compile backend at registration (torch_neuronx._registration): the device
 module does not depend on the compiler.
 """
+
+from ..profiler._graphs import _compiled_graph
+from . import amp
 from .device import (
     _is_in_bad_fork,
     current_device,
@@ -21,8 +24,6 @@ from .device import (
     set_device,
     synchronize,
 )
-from . import amp
-from ..profiler._graphs import _compiled_graph
 from .memory import (
     empty_cache,
     max_memory_allocated,

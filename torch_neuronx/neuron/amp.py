@@ -3,6 +3,7 @@
 Deprecated in the same way as ``torch.cuda.amp``: each name delegates to ``torch.amp`` with
 ``device_type="neuron"`` and emits a ``FutureWarning`` that names the current spelling.
 """
+
 import functools
 import sys
 
@@ -60,7 +61,19 @@ class GradScaler(torch.amp.GradScaler):
         "Please use `torch.amp.GradScaler('neuron', args...)` instead.",
         category=FutureWarning,
     )
-    def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
-                 growth_interval: int = 2000, enabled: bool = True) -> None:
-        super().__init__("neuron", init_scale=init_scale, growth_factor=growth_factor,
-                         backoff_factor=backoff_factor, growth_interval=growth_interval, enabled=enabled)
+    def __init__(
+        self,
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+        enabled: bool = True,
+    ) -> None:
+        super().__init__(
+            "neuron",
+            init_scale=init_scale,
+            growth_factor=growth_factor,
+            backoff_factor=backoff_factor,
+            growth_interval=growth_interval,
+            enabled=enabled,
+        )

@@ -1,4 +1,5 @@
 """Devices of torch.neuron: availability, current device, properties."""
+
 import dataclasses
 
 import torch
@@ -128,8 +129,17 @@ def get_device_name(device=None) -> str:
 def get_device_capability(device=None) -> dict:
     """Dtypes the device supports natively (used by torch's device-type tests)."""
     _checked(device)
-    native = [torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.int16,
-              torch.int32, torch.int64, torch.uint8, torch.bool]
+    native = [
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.uint8,
+        torch.bool,
+    ]
     return {"supported_dtypes": native}
 
 

@@ -4,6 +4,7 @@ The statistics read the device allocator's DeviceStats through
 torch.accelerator, so torch.neuron and torch.accelerator always agree. The
 memory history and snapshots (at the end) come from the device core.
 """
+
 import pickle
 import sys
 
@@ -106,8 +107,10 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
         f"| {'Metric':<22}| {'Cur Usage':>11} | {'Peak Usage':>11} | {'Tot Alloc':>11} | {'Tot Freed':>11} |",
         f"|{'-' * _INNER}|",
     ]
-    for name, cur, peak, tot, freed in (row("Allocated memory", "allocated_bytes"),
-                                        row("Reserved memory", "reserved_bytes")):
+    for name, cur, peak, tot, freed in (
+        row("Allocated memory", "allocated_bytes"),
+        row("Reserved memory", "reserved_bytes"),
+    ):
         lines.append(f"| {name:<22}| {_fmt(cur):>11} | {_fmt(peak):>11} | {_fmt(tot):>11} | {_fmt(freed):>11} |")
     _, cur, peak, tot, freed = row("", "allocation")
     lines.append(f"| {'Tensor allocations':<22}| {cur:>11} | {peak:>11} | {tot:>11} | {freed:>11} |")
@@ -125,8 +128,9 @@ _CONTEXT = (None, "state", "alloc", "all")
 _STACKS = ("python", "all")
 
 
-def _record_memory_history(enabled="all", context="all", stacks="all", max_entries: int = sys.maxsize,
-                           device=None, clear_history: bool = False) -> None:
+def _record_memory_history(
+    enabled="all", context="all", stacks="all", max_entries: int = sys.maxsize, device=None, clear_history: bool = False
+) -> None:
     """Start (or with ``enabled=None`` stop) recording neuron allocations with their stack traces.
 
     As ``torch.cuda.memory._record_memory_history``: ``enabled="state"`` keeps

@@ -4,6 +4,7 @@ Each generator drives a Mersenne Twister engine of its own, so neuron's streams
 are independent of torch's CPU default generator, yet for the same seed they
 equal CPU's (dropout on neuron draws what dropout on CPU would).
 """
+
 import torch
 
 from .. import _C

@@ -4,6 +4,7 @@ The simulator executes synchronously, so streams order nothing, but the API is
 PyTorch's own (torch.Stream / torch.Event on the neuron device) and events
 carry real timestamps: ``elapsed_time`` measures wall time between records.
 """
+
 import torch
 
 from .device import _checked
@@ -30,8 +31,10 @@ class Event(torch.Event, metaclass=_OnNeuron):
 
     def __new__(cls, enable_timing=False, blocking=False, interprocess=False, device=None):
         return torch.Event(
-            device=torch.device("neuron", _checked(device)), enable_timing=enable_timing,
-            blocking=blocking, interprocess=interprocess,
+            device=torch.device("neuron", _checked(device)),
+            enable_timing=enable_timing,
+            blocking=blocking,
+            interprocess=interprocess,
         )
 
 

@@ -30,7 +30,7 @@ _NAMESPACE_PARENTS = {"neuronxcc"}
 def _target(fullname):
     for alias, real in _ALIASES.items():
         if fullname == alias or fullname.startswith(alias + "."):
-            return real + fullname[len(alias):]
+            return real + fullname[len(alias) :]
     return None
 
 
@@ -67,12 +67,15 @@ class _AliasFinder(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname, path=None, target=None):
         top = fullname.partition(".")[0]
-        if top == "torch_neuronx" and fullname.startswith("torch_neuronx.nki.") and \
-                "torch_neuronx" not in sys.modules and "torch_neuronx.nki" in sys.modules:
+        if (
+            top == "torch_neuronx"
+            and fullname.startswith("torch_neuronx.nki.")
+            and "torch_neuronx" not in sys.modules
+            and "torch_neuronx.nki" in sys.modules
+        ):
             # Submodules of the parent-less nki package: find them by its path, before
             # other finders try to import the (torch-importing) parent.
-            return importlib.machinery.PathFinder.find_spec(
-                fullname, sys.modules["torch_neuronx.nki"].__path__)
+            return importlib.machinery.PathFinder.find_spec(fullname, sys.modules["torch_neuronx.nki"].__path__)
         if top not in ("nki", "neuronxcc"):
             return None
         if fullname == top and self._provided_elsewhere(fullname):
@@ -80,8 +83,7 @@ class _AliasFinder(importlib.abc.MetaPathFinder):
         if fullname != top and not _is_alias(top):
             return None  # the parent is a real package: let it import its own children
         if fullname in _NAMESPACE_PARENTS:
-            return importlib.machinery.ModuleSpec(fullname, _AliasLoader(None),
-                                                  is_package=True)
+            return importlib.machinery.ModuleSpec(fullname, _AliasLoader(None), is_package=True)
         real = _target(fullname)
         if real is None or not _real_exists(real):
             return None
@@ -107,8 +109,23 @@ def _real_exists(real):
 
 
 # The NumPy-only modules of the simulator: all a NumPy kernel needs.
-_TORCH_FREE = ("_errors", "_dtypes", "_math", "_hwtable", "_rules", "_cost_model", "_context",
-               "_tensor", "_ops", "_simulator", "_jit", "language", "isa", "typing", "compiler")
+_TORCH_FREE = (
+    "_errors",
+    "_dtypes",
+    "_math",
+    "_hwtable",
+    "_rules",
+    "_cost_model",
+    "_context",
+    "_tensor",
+    "_ops",
+    "_simulator",
+    "_jit",
+    "language",
+    "isa",
+    "typing",
+    "compiler",
+)
 
 
 def _import_real(real):
@@ -124,8 +141,8 @@ def _import_real(real):
         sys.modules["torch_neuronx"] = placeholder
         try:
             spec = importlib.util.spec_from_file_location(
-                "torch_neuronx.nki", os.path.join(_NKI_DIR, "__init__.py"),
-                submodule_search_locations=[_NKI_DIR])
+                "torch_neuronx.nki", os.path.join(_NKI_DIR, "__init__.py"), submodule_search_locations=[_NKI_DIR]
+            )
             module = importlib.util.module_from_spec(spec)
             sys.modules["torch_neuronx.nki"] = module
             spec.loader.exec_module(module)
@@ -159,9 +176,11 @@ def install():
 def pth_line():
     """The start-up line that installs the finder in every interpreter (no torch)."""
     path = os.path.abspath(__file__)
-    return ("import importlib.util as _u; _s = _u.spec_from_file_location("
-            f"'_torch_neuronx_nki_alias', {path!r}); _m = _u.module_from_spec(_s); "
-            "_s.loader.exec_module(_m); _m.install()\n")
+    return (
+        "import importlib.util as _u; _s = _u.spec_from_file_location("
+        f"'_torch_neuronx_nki_alias', {path!r}); _m = _u.module_from_spec(_s); "
+        "_s.loader.exec_module(_m); _m.install()\n"
+    )
 
 
 def write_pth(site_dir=None):

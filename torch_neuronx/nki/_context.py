@@ -19,8 +19,10 @@ def current_run(required=True):
     """The kernel launch being simulated on this thread."""
     run = getattr(_state, "run", None)
     if run is None and required:
-        raise NKIContextError("this NKI API must be called inside a running @nki.jit kernel "
-                              "(call the kernel, or use nki.simulate(kernel)(...))")
+        raise NKIContextError(
+            "this NKI API must be called inside a running @nki.jit kernel "
+            "(call the kernel, or use nki.simulate(kernel)(...))"
+        )
     return run
 
 
@@ -52,7 +54,7 @@ class KernelRun:
         instr = f"nl.ndarray(buffer=nl.{buffer})"
         check_partition(self.hw, instr, storage.name, shape, pdim)
         blocks = int(np.prod(shape[:pdim], dtype=np.int64))
-        tile_free = int(np.prod(shape[pdim + 1:], dtype=np.int64)) * dtype.itemsize
+        tile_free = int(np.prod(shape[pdim + 1 :], dtype=np.int64)) * dtype.itemsize
         if buffer == "psum":
             check_psum_tile(self.hw, instr, storage.name, shape, dtype, pdim)
             # blocks of a block tensor pack into 2 KiB banks (a block never straddles one)
@@ -63,7 +65,8 @@ class KernelRun:
                     f"{instr}: operand '{storage.name}': PSUM capacity exceeded: "
                     f"{self.psum_live} banks live + {banks} requested > "
                     f"{self.hw.psum_num_banks} banks of {self.hw.psum_bank_bytes} bytes per "
-                    f"partition ({self.hw.psum_bytes // 1024} KiB PSUM per core on {self.hw.name})")
+                    f"partition ({self.hw.psum_bytes // 1024} KiB PSUM per core on {self.hw.name})"
+                )
             self.psum_live += banks
             self.psum_peak = max(self.psum_peak, self.psum_live)
             weakref.finalize(storage, self._free, "psum", banks)
@@ -75,7 +78,8 @@ class KernelRun:
                     f"{instr}: operand '{storage.name}': SBUF capacity exceeded: "
                     f"{self.sbuf_live} + {nbytes} bytes per partition > {cap} bytes per "
                     f"partition ({self.hw.sbuf_bytes // (1024 * 1024)} MiB SBUF per core on "
-                    f"{self.hw.name})")
+                    f"{self.hw.name})"
+                )
             self.sbuf_live += nbytes
             self.sbuf_peak = max(self.sbuf_peak, self.sbuf_live)
             weakref.finalize(storage, self._free, "sbuf", nbytes)
@@ -93,7 +97,8 @@ class KernelRun:
             if t.shape != tuple(shape) or t.dtype is not dtype:
                 raise NKIContextError(
                     "programs of one grid allocated different shared_hbm outputs "
-                    f"({t.shape} {t.dtype!r} vs {tuple(shape)} {dtype!r})")
+                    f"({t.shape} {t.dtype!r} vs {tuple(shape)} {dtype!r})"
+                )
         else:
             t = factory()
             self._shared.append(t)

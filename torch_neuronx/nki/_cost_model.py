@@ -45,8 +45,14 @@ ACCESS_OVERHEAD_CYCLES = 60  # SBUF/PSUM access overhead (NeuronCore-v2 guide; a
 PE_ROWS = PE_COLS = 128
 SCALAR_ELEMS_PER_CYCLE = 128  # "128 input/output" (Trainium2 guide's engine table)
 GPSIMD_ELEMS_PER_CYCLE = 128  # "128 input/output for all data types" (Trainium3 guide)
-_TENSOR_RATE_KEY = {"float32": "float32", "tfloat32": "tf32", "bfloat16": "bfloat16",
-                    "float16": "float16", "float8_e4m3": "bfloat16", "float8_e5m2": "bfloat16"}
+_TENSOR_RATE_KEY = {
+    "float32": "float32",
+    "tfloat32": "tf32",
+    "bfloat16": "bfloat16",
+    "float16": "float16",
+    "float8_e4m3": "bfloat16",
+    "float8_e5m2": "bfloat16",
+}
 
 
 def matmul_seconds(hw, moving_free, dtype_name="bfloat16"):
@@ -120,14 +126,33 @@ class CostReport:
     def chrome_trace(self):
         """The simulated engine timeline as a Chrome trace (``chrome://tracing``, Perfetto)."""
         tids = {e: i for i, e in enumerate(ENGINES)}
-        events = [{"name": "thread_name", "ph": "M", "pid": 0, "tid": tids[e],
-                   "args": {"name": f"{e} Engine" if e != "DMA" else "DMA queues"}}
-                  for e in ENGINES]
-        events += [{"name": instr, "cat": engine, "ph": "X", "pid": 0, "tid": tids[engine],
-                    "ts": start * 1e6, "dur": dur * 1e6}
-                   for engine, instr, start, dur in self.events]
-        return {"traceEvents": events, "displayTimeUnit": "ns",
-                "otherData": {"hardware": self.hardware, "estimate_us": self.total_time_us}}
+        events = [
+            {
+                "name": "thread_name",
+                "ph": "M",
+                "pid": 0,
+                "tid": tids[e],
+                "args": {"name": f"{e} Engine" if e != "DMA" else "DMA queues"},
+            }
+            for e in ENGINES
+        ]
+        events += [
+            {
+                "name": instr,
+                "cat": engine,
+                "ph": "X",
+                "pid": 0,
+                "tid": tids[engine],
+                "ts": start * 1e6,
+                "dur": dur * 1e6,
+            }
+            for engine, instr, start, dur in self.events
+        ]
+        return {
+            "traceEvents": events,
+            "displayTimeUnit": "ns",
+            "otherData": {"hardware": self.hardware, "estimate_us": self.total_time_us},
+        }
 
     def save_chrome_trace(self, path):
         """Write :meth:`chrome_trace` as JSON to ``path``."""
@@ -135,18 +160,23 @@ class CostReport:
             json.dump(self.chrome_trace(), f)
 
     def __str__(self):
-        lines = [f"NKI cost estimate on {self.hardware} (one NeuronCore): "
-                 f"{self.total_time_us:.2f} us, {self.bound}-bound"]
+        lines = [
+            f"NKI cost estimate on {self.hardware} (one NeuronCore): "
+            f"{self.total_time_us:.2f} us, {self.bound}-bound"
+        ]
         for e in ENGINES:
             busy = self.engine_busy_s.get(e, 0.0)
             pct = 100 * busy / self.total_time_s if self.total_time_s else 0.0
-            lines.append(f"  {e:<7} {busy * 1e6:10.2f} us  {pct:5.1f}%  "
-                         f"{self.instructions.get(e, 0):6d} instr")
-        lines.append(f"  HBM traffic {self.hbm_bytes / 1e6:.3f} MB, {self.flops / 1e9:.3f} GFLOP,"
-                     f" serial upper bound {self.serial_time_s * 1e6:.2f} us")
+            lines.append(f"  {e:<7} {busy * 1e6:10.2f} us  {pct:5.1f}%  " f"{self.instructions.get(e, 0):6d} instr")
+        lines.append(
+            f"  HBM traffic {self.hbm_bytes / 1e6:.3f} MB, {self.flops / 1e9:.3f} GFLOP,"
+            f" serial upper bound {self.serial_time_s * 1e6:.2f} us"
+        )
         if self.sbuf_peak_bytes_per_partition or self.psum_peak_banks:
-            lines.append(f"  peak SBUF {self.sbuf_peak_bytes_per_partition} B/partition, "
-                         f"peak PSUM {self.psum_peak_banks} banks")
+            lines.append(
+                f"  peak SBUF {self.sbuf_peak_bytes_per_partition} B/partition, "
+                f"peak PSUM {self.psum_peak_banks} banks"
+            )
         return "\n".join(lines)
 
 
@@ -171,10 +201,15 @@ class CostLedger:
         self.flops += flops
 
     def report(self, sbuf_peak=0, psum_peak=0, n_programs=1):
-        return CostReport(hardware=self.hw.name,
-                          engine_busy_s={e: self.busy.get(e, 0.0) for e in ENGINES},
-                          instructions={e: self.count.get(e, 0) for e in ENGINES},
-                          hbm_bytes=self.hbm_bytes, flops=self.flops,
-                          sbuf_peak_bytes_per_partition=sbuf_peak, psum_peak_banks=psum_peak,
-                          n_programs=n_programs, by_instruction=dict(self.by_instr),
-                          events=self.events)
+        return CostReport(
+            hardware=self.hw.name,
+            engine_busy_s={e: self.busy.get(e, 0.0) for e in ENGINES},
+            instructions={e: self.count.get(e, 0) for e in ENGINES},
+            hbm_bytes=self.hbm_bytes,
+            flops=self.flops,
+            sbuf_peak_bytes_per_partition=sbuf_peak,
+            psum_peak_banks=psum_peak,
+            n_programs=n_programs,
+            by_instruction=dict(self.by_instr),
+            events=self.events,
+        )

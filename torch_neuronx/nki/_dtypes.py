@@ -26,6 +26,7 @@ class dtype:
     @property
     def torch_dtype(self):
         import torch
+
         return getattr(torch, self.torch_name)
 
     def __repr__(self):
@@ -48,17 +49,24 @@ uint16 = dtype("uint16", 2, "u", "uint16", np.uint16)
 uint8 = dtype("uint8", 1, "u", "uint8", np.uint8)
 bool_ = dtype("bool_", 1, "b", "bool", np.bool_)
 
-ALL = [float32, tfloat32, bfloat16, float16, float8_e4m3, float8_e5m2,
-       int32, int16, int8, uint32, uint16, uint8, bool_]
+ALL = [float32, tfloat32, bfloat16, float16, float8_e4m3, float8_e5m2, int32, int16, int8, uint32, uint16, uint8, bool_]
 _BY_NAME = {d.name: d for d in ALL}
 _BY_NAME.update({"bool": bool_, "float": float32, "half": float16})
 _FROM_TORCH = {d.torch_name: d for d in ALL if d is not tfloat32}
 _FROM_TORCH.update({"float64": float32, "int64": int32})
-_FROM_NUMPY = {np.dtype(np.float32): float32, np.dtype(np.float64): float32,
-               np.dtype(np.float16): float16, np.dtype(np.int32): int32,
-               np.dtype(np.int64): int32, np.dtype(np.int16): int16, np.dtype(np.int8): int8,
-               np.dtype(np.uint32): uint32, np.dtype(np.uint16): uint16,
-               np.dtype(np.uint8): uint8, np.dtype(np.bool_): bool_}
+_FROM_NUMPY = {
+    np.dtype(np.float32): float32,
+    np.dtype(np.float64): float32,
+    np.dtype(np.float16): float16,
+    np.dtype(np.int32): int32,
+    np.dtype(np.int64): int32,
+    np.dtype(np.int16): int16,
+    np.dtype(np.int8): int8,
+    np.dtype(np.uint32): uint32,
+    np.dtype(np.uint16): uint16,
+    np.dtype(np.uint8): uint8,
+    np.dtype(np.bool_): bool_,
+}
 
 
 def as_dtype(d):

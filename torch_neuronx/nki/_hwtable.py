@@ -20,8 +20,7 @@ def hardware_table():
         return mod
     if "torch_neuronx" in sys.modules:
         return importlib.import_module(_NAME)
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        "_hardware.py")
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_hardware.py")
     spec = importlib.util.spec_from_file_location(_NAME, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[_NAME] = mod

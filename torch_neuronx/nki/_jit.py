@@ -28,8 +28,7 @@ class Kernel:
 
     def __getitem__(self, grid):
         grid = grid if isinstance(grid, tuple) else (grid,)
-        k = Kernel(self.fn, tuple(_grid_size(g) for g in grid), self.platform_target,
-                   **self.options)
+        k = Kernel(self.fn, tuple(_grid_size(g) for g in grid), self.platform_target, **self.options)
         k._parent = self
         return k
 
@@ -46,8 +45,7 @@ class Kernel:
 
     def simulate(self, *args, platform_target=None, **kwargs):
         """Run in the simulator and return ``(outputs, CostReport)``."""
-        out, report = run_kernel(self.fn, args, kwargs, self.grid,
-                                 platform_target or self.platform_target)
+        out, report = run_kernel(self.fn, args, kwargs, self.grid, platform_target or self.platform_target)
         self.last_report = report
         return out, report
 
@@ -81,6 +79,7 @@ def simulate(kernel, report=False, platform_target=None):
     def runner(*args, **kwargs):
         out, rep = k.simulate(*args, platform_target=platform_target, **kwargs)
         return (out, rep) if report else out
+
     return runner
 
 
@@ -105,8 +104,9 @@ class _BenchmarkResult:
         self.nc_latency = _Latency(report.total_time_s)
 
 
-def benchmark(kernel=None, *, warmup=None, iters=None, save_neff_name=None,
-              save_trace_name=None, platform_target=None, **options):
+def benchmark(
+    kernel=None, *, warmup=None, iters=None, save_neff_name=None, save_trace_name=None, platform_target=None, **options
+):
     """Like ``nki.benchmark``: calling the result runs the kernel once in the simulator and
     sets ``.benchmark_result.nc_latency.get_latency_percentile(50)`` (estimated us).
 
@@ -119,7 +119,8 @@ def benchmark(kernel=None, *, warmup=None, iters=None, save_neff_name=None,
         raise NotImplementedError(
             "nki.benchmark(save_neff_name=...): the simulator does not compile kernels, so "
             "there is no NEFF to save; drop save_neff_name (save_trace_name writes the "
-            "simulated timeline)")
+            "simulated timeline)"
+        )
     for name, v in (("warmup", warmup), ("iters", iters)):
         if v is not None and (not isinstance(v, int) or v < 0):
             raise ValueError(f"nki.benchmark: {name} must be a non-negative int, got {v!r}")
@@ -127,12 +128,13 @@ def benchmark(kernel=None, *, warmup=None, iters=None, save_neff_name=None,
     if unknown:
         raise TypeError(f"nki.benchmark() got unexpected keyword argument(s) {unknown}")
     if options.get("additional_compile_opt"):
-        raise NotImplementedError("nki.benchmark(additional_compile_opt=...): there is no "
-                                  "compiler in the simulator to pass options to")
+        raise NotImplementedError(
+            "nki.benchmark(additional_compile_opt=...): there is no " "compiler in the simulator to pass options to"
+        )
     if kernel is None:
-        return lambda k: benchmark(k, warmup=warmup, iters=iters,
-                                   save_trace_name=save_trace_name,
-                                   platform_target=platform_target, **options)
+        return lambda k: benchmark(
+            k, warmup=warmup, iters=iters, save_trace_name=save_trace_name, platform_target=platform_target, **options
+        )
     k = kernel if isinstance(kernel, Kernel) else Kernel(kernel)
 
     class _Bench:
@@ -146,6 +148,8 @@ def benchmark(kernel=None, *, warmup=None, iters=None, save_neff_name=None,
             return out
 
         def __getitem__(self, grid):
-            return benchmark(k[grid], warmup=warmup, iters=iters,
-                             save_trace_name=save_trace_name, platform_target=platform_target)
+            return benchmark(
+                k[grid], warmup=warmup, iters=iters, save_trace_name=save_trace_name, platform_target=platform_target
+            )
+
     return _Bench()

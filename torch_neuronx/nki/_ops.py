@@ -44,14 +44,22 @@ class NkiTensor(TensorView):
         # instruction), as NKI compiles it; assigning a named tile is a Vector copy.
         fresh = isinstance(value, TensorView) and sys.getrefcount(value) <= _RefProbe.temp_refs
         target = self[key]
-        if isinstance(value, TensorView) and value._storage is target._storage and \
-                value._adv is None and target._adv is None and \
-                value._view.__array_interface__ == target._view.__array_interface__:
+        if (
+            isinstance(value, TensorView)
+            and value._storage is target._storage
+            and value._adv is None
+            and target._adv is None
+            and value._view.__array_interface__ == target._view.__array_interface__
+        ):
             return  # `t[k] += x` already wrote in place through __iadd__
         if target.buffer not in ON_CHIP:
-            _fail(NKIBufferError, "tensor assignment", target.name,
-                  f"cannot assign into a {target.buffer.upper()} tensor from a kernel "
-                  f"expression; use nl.store(dst, value) or nisa.dma_copy")
+            _fail(
+                NKIBufferError,
+                "tensor assignment",
+                target.name,
+                f"cannot assign into a {target.buffer.upper()} tensor from a kernel "
+                f"expression; use nl.store(dst, value) or nisa.dma_copy",
+            )
         assign(target, value, charge=not fresh)
 
     def broadcast_to(self, shape):
@@ -64,6 +72,7 @@ class NkiTensor(TensorView):
         def op(self, other):
             args = [other, self] if reverse else [self, other]
             return elementwise(f"nl.{name}", "Vector", fn, args)
+
         return op
 
     __add__ = _binop("add")
@@ -102,8 +111,7 @@ class NkiTensor(TensorView):
         fn = _math.BINARY[name]
 
         def op(self, other):
-            if name == "add" and self.buffer == "psum" and isinstance(other, TensorView) \
-                    and other.buffer == "psum":
+            if name == "add" and self.buffer == "psum" and isinstance(other, TensorView) and other.buffer == "psum":
                 # PSUM accumulation happens as the Tensor Engine writes: no engine time
                 vals = other._read("psum accumulate", "value")
                 if self._initialised().all():
@@ -113,6 +121,7 @@ class NkiTensor(TensorView):
             result = elementwise(f"nl.{name}", "Vector", fn, [self, other])
             assign(self, result, instr=f"nl.{name} (in place)", charge=False)
             return self
+
         return op
 
     __iadd__ = _inplace("add")
@@ -126,8 +135,7 @@ class NkiTensor(TensorView):
 def new_storage(shape, dtype, buffer, name, initialised=False):
     """Allocate a tensor (accounted by the running kernel when on-chip)."""
     if buffer not in ("hbm", "shared_hbm", "private_hbm", "sbuf", "psum"):
-        raise ValueError(f"unknown buffer {buffer!r}; expected nl.hbm/nl.shared_hbm/"
-                         f"nl.private_hbm/nl.sbuf/nl.psum")
+        raise ValueError(f"unknown buffer {buffer!r}; expected nl.hbm/nl.shared_hbm/" f"nl.private_hbm/nl.sbuf/nl.psum")
     dtype = dt.as_dtype(dtype) or dt.float32
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
     pdim = 0
@@ -169,9 +177,13 @@ def operand(x, instr, name, mask=None, allowed=ON_CHIP):
     if isinstance(x, TensorView):
         rules.check_on_chip(instr, name, x, allowed)
         if x._pdim not in (0, None) and x.buffer in ON_CHIP:
-            _fail(NKIShapeError, instr, name,
-                  f"tile view still has {x._pdim} block dimension(s) before the partition "
-                  f"dimension (shape {x.shape}); index one tile, e.g. t[i]")
+            _fail(
+                NKIShapeError,
+                instr,
+                name,
+                f"tile view still has {x._pdim} block dimension(s) before the partition "
+                f"dimension (shape {x.shape}); index one tile, e.g. t[i]",
+            )
         if x.buffer in ON_CHIP:
             rules.check_partition(current_run().hw, instr, name, x.shape)
         return x._read(instr, name, mask), x.dtype, x
@@ -198,9 +210,13 @@ def broadcast_operands(instr, arrays, names, is_tile):
     try:
         shape = np.broadcast_shapes(*[a.shape for a in out])
     except ValueError:
-        _fail(NKIShapeError, instr, names[-1],
-              f"shapes {[tuple(a.shape) for a in arrays]} do not broadcast (tiles align at "
-              f"the partition axis; free axes broadcast from size 1)")
+        _fail(
+            NKIShapeError,
+            instr,
+            names[-1],
+            f"shapes {[tuple(a.shape) for a in arrays]} do not broadcast (tiles align at "
+            f"the partition axis; free axes broadcast from size 1)",
+        )
     return out, shape
 
 
@@ -214,8 +230,7 @@ def charge_elementwise(engine, instr, shape, n_inputs=1, dtypes=()):
     p = shape[0] if len(shape) else 1
     free = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
     all16 = bool(dtypes) and all(_is16(d) for d in dtypes)
-    run.ledger.charge(engine, instr, cm.elementwise_seconds(run.hw, engine, p, free,
-                                                            n_inputs, all16))
+    run.ledger.charge(engine, instr, cm.elementwise_seconds(run.hw, engine, p, free, n_inputs, all16))
 
 
 def charge_dma(instr, nbytes):
@@ -278,8 +293,7 @@ def assign(target, value, instr="tensor_copy", charge=True):
     target._write(instr, "dst", vals)
 
 
-def reduce(instr, ufunc, x, axis, dtype=None, keepdims=False, mask=None, negate=False,
-           engine="Vector"):
+def reduce(instr, ufunc, x, axis, dtype=None, keepdims=False, mask=None, negate=False, engine="Vector"):
     """Reduce tile ``x`` along free ``axis``; all free axes reduced gives a [P, 1] tile."""
     a, d, _ = operand(x, instr, "x" if instr.startswith("nl.") else "data", mask)
     if a.ndim < 2:
@@ -304,8 +318,13 @@ def reduce(instr, ufunc, x, axis, dtype=None, keepdims=False, mask=None, negate=
 
 
 def _identity(ufunc, npdtype):
-    if ufunc is np.add or ufunc is np.logical_or or ufunc is np.bitwise_or \
-            or ufunc is np.bitwise_xor or ufunc is np.logical_xor:
+    if (
+        ufunc is np.add
+        or ufunc is np.logical_or
+        or ufunc is np.bitwise_or
+        or ufunc is np.bitwise_xor
+        or ufunc is np.logical_xor
+    ):
         return 0
     if ufunc is np.multiply or ufunc is np.logical_and:
         return 1
@@ -326,19 +345,19 @@ def matmul(instr, stationary, moving, name_st="stationary", name_mv="moving"):
         if not isinstance(t, TensorView):
             raise TypeError(f"{instr}: operand '{n}' must be a tile")
         if t.buffer != "sbuf":
-            _fail(NKIBufferError, instr, n,
-                  f"tile in {t.buffer.upper()}; the Tensor Engine reads SBUF only")
-    rules.check_matmul(run.hw, instr, stationary.shape, moving.shape,
-                       stationary.dtype, moving.dtype, names=(name_st, name_mv))
+            _fail(NKIBufferError, instr, n, f"tile in {t.buffer.upper()}; the Tensor Engine reads SBUF only")
+    rules.check_matmul(
+        run.hw, instr, stationary.shape, moving.shape, stationary.dtype, moving.dtype, names=(name_st, name_mv)
+    )
     a, _, _ = operand(stationary, instr, name_st)
     b, _, _ = operand(moving, instr, name_mv)
     vals = a.astype(np.float32).T @ b.astype(np.float32)
     fp32 = dt.float32 in (stationary.dtype, moving.dtype)
     k, m = stationary.shape
     n = moving.shape[1]
-    run.ledger.charge("Tensor", instr,
-                      cm.matmul_seconds(run.hw, n, "float32" if fp32 else moving.dtype.name),
-                      flops=2.0 * k * m * n)
+    run.ledger.charge(
+        "Tensor", instr, cm.matmul_seconds(run.hw, n, "float32" if fp32 else moving.dtype.name), flops=2.0 * k * m * n
+    )
     return new_tile(vals, dt.float32, instr, buffer="psum")
 
 
@@ -349,14 +368,17 @@ def transpose_pe(instr, x, name):
     if not isinstance(x, TensorView) or x.ndim != 2:
         _fail(NKIShapeError, instr, name, "transpose needs a 2-D tile")
     if x.buffer != "sbuf":
-        _fail(NKIBufferError, instr, name,
-              f"tile in {x.buffer.upper()}; the Tensor Engine reads SBUF only")
+        _fail(NKIBufferError, instr, name, f"tile in {x.buffer.upper()}; the Tensor Engine reads SBUF only")
     p, f = x.shape
     rules.check_partition(run.hw, instr, name, x.shape)
     if f > run.hw.pmax:
-        _fail(NKITileSizeError, instr, name,
-              f"free size {f} exceeds {run.hw.pmax}: it becomes the partition dimension of "
-              f"the transposed tile (nl.tile_size.pmax)")
+        _fail(
+            NKITileSizeError,
+            instr,
+            name,
+            f"free size {f} exceeds {run.hw.pmax}: it becomes the partition dimension of "
+            f"the transposed tile (nl.tile_size.pmax)",
+        )
     a, _, _ = operand(x, instr, name)
     run.ledger.charge("Tensor", instr, cm.matmul_seconds(run.hw, p, x.dtype.name))
     return new_tile(a.T, x.dtype, instr, buffer="psum")

@@ -59,6 +59,7 @@ def _values(t):
 
 def _to_torch(t, device):
     import torch
+
     host = torch.from_numpy(np.ascontiguousarray(_values(t)))
     return host.to(t.dtype.torch_dtype).to(device)
 
@@ -82,8 +83,10 @@ def _common_device(values):
         if _is_torch_tensor(v) and v.device not in devices:
             devices.append(v.device)
     if len(devices) > 1:
-        raise RuntimeError("Expected all tensors to be on the same device, but found at least "
-                           f"two devices, {devices[0]} and {devices[1]}!")
+        raise RuntimeError(
+            "Expected all tensors to be on the same device, but found at least "
+            f"two devices, {devices[0]} and {devices[1]}!"
+        )
     return devices[0] if devices else None
 
 
@@ -101,14 +104,15 @@ def run_kernel(fn, args, kwargs, grid=(), platform_target=None):
     prev = set_run(run)
     result = None
     try:
-        for pid in (itertools.product(*[range(g) for g in grid]) if grid else [()]):
+        for pid in itertools.product(*[range(g) for g in grid]) if grid else [()]:
             run.program_id = pid
             run._shared_idx = 0
             result = fn(*call_args, **call_kwargs)
     finally:
         set_run(prev)
-    report = run.ledger.report(sbuf_peak=run.sbuf_peak, psum_peak=run.psum_peak,
-                               n_programs=int(np.prod(grid)) if grid else 1)
+    report = run.ledger.report(
+        sbuf_peak=run.sbuf_peak, psum_peak=run.psum_peak, n_programs=int(np.prod(grid)) if grid else 1
+    )
     for c in conv + list(kw_conv.values()):
         c.write_back()
     return _convert_result(result, device), report

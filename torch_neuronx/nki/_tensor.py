@@ -99,8 +99,7 @@ class TensorView:
         return self.dtype.itemsize
 
     def __repr__(self):
-        return f"NkiTensor(name={self.name!r}, shape={self.shape}, dtype={self.dtype!r}, " \
-               f"buffer={self.buffer})"
+        return f"NkiTensor(name={self.name!r}, shape={self.shape}, dtype={self.dtype!r}, " f"buffer={self.buffer})"
 
     def __len__(self):
         return self._shape[0]
@@ -109,8 +108,9 @@ class TensorView:
         raise TypeError("NKI tensors are not iterable; index them with slices or nl.arange")
 
     def __bool__(self):
-        raise TypeError("the truth value of an NKI tile is data dependent; "
-                        "use nl.where / masks instead of Python control flow")
+        raise TypeError(
+            "the truth value of an NKI tile is data dependent; " "use nl.where / masks instead of Python control flow"
+        )
 
     def _new_view(self, view, pdim, **kw):
         return type(self)(self._storage, view, pdim, **kw)
@@ -118,22 +118,28 @@ class TensorView:
     # ----- indexing -------------------------------------------------------------
     def __getitem__(self, key):
         if self._adv is not None or self._oob is not None:
-            raise NKIShapeError(f"indexing an already index-array/out-of-bounds view of "
-                                f"'{self.name}' is not supported; index the tensor once")
+            raise NKIShapeError(
+                f"indexing an already index-array/out-of-bounds view of "
+                f"'{self.name}' is not supported; index the tensor once"
+            )
         if not isinstance(key, tuple):
             key = (key,)
         if any(k is Ellipsis for k in key):
             i = next(j for j, k in enumerate(key) if k is Ellipsis)
             fill = self.ndim - (len(key) - 1)
-            key = key[:i] + (slice(None),) * fill + key[i + 1:]
+            key = key[:i] + (slice(None),) * fill + key[i + 1 :]
         # lists, and tiles holding indices (indirect DMA: `t[idx_tile[i_p, 0], i_f]`),
         # become index arrays; the simulator reads tile values eagerly
-        key = tuple(np.asarray(k) if isinstance(k, list) else
-                    np.asarray(k._read("indirect index", "index")).astype(np.int64)
-                    if isinstance(k, TensorView) else k for k in key)
+        key = tuple(
+            np.asarray(k)
+            if isinstance(k, list)
+            else np.asarray(k._read("indirect index", "index")).astype(np.int64)
+            if isinstance(k, TensorView)
+            else k
+            for k in key
+        )
         if len(key) > self.ndim:
-            raise NKIIndexError(f"too many indices ({len(key)}) for tensor '{self.name}' of "
-                                f"shape {self.shape}")
+            raise NKIIndexError(f"too many indices ({len(key)}) for tensor '{self.name}' of " f"shape {self.shape}")
         key = key + (slice(None),) * (self.ndim - len(key))
         if any(_is_index_array(k) for k in key):
             return self._advanced(key)
@@ -146,8 +152,10 @@ class TensorView:
                 start = 0 if start is None else int(start)
                 stop = n if stop is None else int(stop)
                 if step <= 0 or start < 0 or stop < start:
-                    raise NKIIndexError(f"slice {_desc(k)} of tensor '{self.name}' dim {d}: "
-                                        f"only non-negative increasing slices are supported")
+                    raise NKIIndexError(
+                        f"slice {_desc(k)} of tensor '{self.name}' dim {d}: "
+                        f"only non-negative increasing slices are supported"
+                    )
                 if stop > n and oob is None:
                     oob = (d, _desc(k), n)
                 basic.append(slice(start, min(stop, n), step))
@@ -158,7 +166,7 @@ class TensorView:
                 try:
                     k = int(k)
                 except TypeError:
-                    raise NKIIndexError(f"unsupported index {k!r} for tensor '{self.name}'")
+                    raise NKIIndexError(f"unsupported index {k!r} for tensor '{self.name}'") from None
                 if (k < 0 or k >= n) and oob is None:
                     oob = (d, str(k), n)
                 if self._pdim is not None and d > self._pdim and self.buffer in ON_CHIP:
@@ -180,8 +188,9 @@ class TensorView:
         for d, (k, n) in enumerate(zip(key, self.shape)):
             if isinstance(k, slice):
                 if d >= rank:
-                    raise NKIIndexError(f"cannot mix slice at dim {d} with {rank}-D index "
-                                        f"arrays for tensor '{self.name}'")
+                    raise NKIIndexError(
+                        f"cannot mix slice at dim {d} with {rank}-D index " f"arrays for tensor '{self.name}'"
+                    )
                 r = np.arange(k.start or 0, n if k.stop is None else k.stop, k.step or 1)
                 shp = [1] * rank
                 shp[d] = r.size
@@ -198,18 +207,26 @@ class TensorView:
     def _check_oob(self, instr, operand, mask):
         if self._oob is not None:
             d, idx, n = self._oob
-            _fail(NKIIndexError, instr, operand,
-                  f"index {idx} out of bounds for dim {d} of size {n} of tensor "
-                  f"'{self.name}' shape {self._storage.data.shape}")
+            _fail(
+                NKIIndexError,
+                instr,
+                operand,
+                f"index {idx} out of bounds for dim {d} of size {n} of tensor "
+                f"'{self.name}' shape {self._storage.data.shape}",
+            )
         if self._adv is not None:
             live = np.ones(self.shape, bool) if mask is None else np.broadcast_to(mask, self.shape)
             for d, (a, n) in enumerate(zip(self._adv, self._view.shape)):
                 bad = live & ((a < 0) | (a >= n))
                 if bad.any():
                     vals = np.unique(a[bad])
-                    _fail(NKIIndexError, instr, operand,
-                          f"index {int(vals[0])} out of bounds for dim {d} of size {n} of "
-                          f"tensor '{self.name}' (add a mask to the access)")
+                    _fail(
+                        NKIIndexError,
+                        instr,
+                        operand,
+                        f"index {int(vals[0])} out of bounds for dim {d} of size {n} of "
+                        f"tensor '{self.name}' (add a mask to the access)",
+                    )
 
     def _initialised(self, mask=None):
         """Bool array (this view's shape): which elements have been written."""
@@ -232,10 +249,14 @@ class TensorView:
             ok = ok | ~np.broadcast_to(np.asarray(mask, bool), self.shape)
         if not ok.all():
             first = tuple(int(i) for i in np.argwhere(~ok)[0])
-            _fail(NKIUninitializedError, instr, operand,
-                  f"reads {int((~ok).sum())} uninitialised element(s) of '{self.name}' "
-                  f"({self.buffer.upper()}, first at view index {first}); write them first "
-                  f"(nl.load, nisa.memset, nl.zeros, an instruction's dst) or mask the access")
+            _fail(
+                NKIUninitializedError,
+                instr,
+                operand,
+                f"reads {int((~ok).sum())} uninitialised element(s) of '{self.name}' "
+                f"({self.buffer.upper()}, first at view index {first}); write them first "
+                f"(nl.load, nisa.memset, nl.zeros, an instruction's dst) or mask the access",
+            )
 
     def _read(self, instr, operand, mask=None):
         """Values of this view as a NumPy array (dtype-rounded host storage)."""
@@ -254,15 +275,21 @@ class TensorView:
         """Store ``values`` (broadcast to this view's shape) rounded to the dtype."""
         self._check_oob(instr, operand, mask)
         values = np.asarray(values)
-        if values.size == int(np.prod(self.shape)) and values.shape != self.shape and \
-                _squeeze(values.shape) == _squeeze(self.shape):
+        if (
+            values.size == int(np.prod(self.shape))
+            and values.shape != self.shape
+            and _squeeze(values.shape) == _squeeze(self.shape)
+        ):
             values = values.reshape(self.shape)  # [P, 1] <-> [P] style unit axes
         try:
             values = align(values, self.shape)
         except ValueError:
-            _fail(NKIShapeError, instr, operand,
-                  f"value of shape {values.shape} does not fit destination "
-                  f"'{self.name}' view of shape {self.shape}")
+            _fail(
+                NKIShapeError,
+                instr,
+                operand,
+                f"value of shape {values.shape} does not fit destination " f"'{self.name}' view of shape {self.shape}",
+            )
         values = dt.round_to(values, self.dtype)
         self._storage.written = True
         m = None if mask is None else np.broadcast_to(np.asarray(mask, bool), self.shape)

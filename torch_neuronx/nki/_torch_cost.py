@@ -23,23 +23,98 @@ from ._rules import get_hardware
 
 aten = torch.ops.aten
 
-_MATMUL = {aten.mm.default, aten.bmm.default, aten.addmm.default, aten.baddbmm.default,
-           aten.matmul.default, aten.linear.default, aten.addbmm.default}
-_SDPA = {getattr(aten, n).default for n in (
-    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_flash_attention", "scaled_dot_product_attention",
-    "_scaled_dot_product_attention_math") if hasattr(aten, n)}
-_TRANSCENDENTAL = {"exp", "exp2", "expm1", "log", "log1p", "log2", "tanh", "sigmoid", "gelu",
-                   "silu", "rsqrt", "sqrt", "erf", "sin", "cos", "pow", "reciprocal",
-                   "softplus", "mish", "elu", "_softmax", "_log_softmax", "logsumexp"}
-_FREE = {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand",
-         "slice", "select", "unsqueeze", "squeeze", "detach", "alias", "as_strided",
-         "split", "split_with_sizes", "unbind", "chunk", "narrow", "_reshape_alias",
-         "lift_fresh", "empty", "empty_like", "empty_strided", "new_empty", "sym_size",
-         "sym_stride", "sym_numel", "is_same_size", "_local_scalar_dense", "unflatten",
-         "flatten", "view_as", "expand_as", "movedim", "diagonal", "contiguous"}
-_PASSES = {"_softmax": (3, 1), "_log_softmax": (3, 1), "native_layer_norm": (4, 1),
-           "_fused_rms_norm": (3, 1), "native_group_norm": (4, 1), "var_mean": (2, 0)}
+_MATMUL = {
+    aten.mm.default,
+    aten.bmm.default,
+    aten.addmm.default,
+    aten.baddbmm.default,
+    aten.matmul.default,
+    aten.linear.default,
+    aten.addbmm.default,
+}
+_SDPA = {
+    getattr(aten, n).default
+    for n in (
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_flash_attention",
+        "scaled_dot_product_attention",
+        "_scaled_dot_product_attention_math",
+    )
+    if hasattr(aten, n)
+}
+_TRANSCENDENTAL = {
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log1p",
+    "log2",
+    "tanh",
+    "sigmoid",
+    "gelu",
+    "silu",
+    "rsqrt",
+    "sqrt",
+    "erf",
+    "sin",
+    "cos",
+    "pow",
+    "reciprocal",
+    "softplus",
+    "mish",
+    "elu",
+    "_softmax",
+    "_log_softmax",
+    "logsumexp",
+}
+_FREE = {
+    "view",
+    "_unsafe_view",
+    "reshape",
+    "t",
+    "transpose",
+    "permute",
+    "expand",
+    "slice",
+    "select",
+    "unsqueeze",
+    "squeeze",
+    "detach",
+    "alias",
+    "as_strided",
+    "split",
+    "split_with_sizes",
+    "unbind",
+    "chunk",
+    "narrow",
+    "_reshape_alias",
+    "lift_fresh",
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "new_empty",
+    "sym_size",
+    "sym_stride",
+    "sym_numel",
+    "is_same_size",
+    "_local_scalar_dense",
+    "unflatten",
+    "flatten",
+    "view_as",
+    "expand_as",
+    "movedim",
+    "diagonal",
+    "contiguous",
+}
+_PASSES = {
+    "_softmax": (3, 1),
+    "_log_softmax": (3, 1),
+    "native_layer_norm": (4, 1),
+    "_fused_rms_norm": (3, 1),
+    "native_group_norm": (4, 1),
+    "var_mean": (2, 0),
+}
 
 
 @dataclass
@@ -76,10 +151,14 @@ class TorchCostReport(CostReport):
         return f"compute ({max(('Tensor', 'Vector', 'Scalar'), key=self.engine_busy_s.get)})"
 
     def __str__(self):
-        head = (f"Unfused PyTorch estimate on {self.hardware} (one NeuronCore): "
-                f"{self.total_time_s * 1e6:.2f} us over {len(self.ops)} ops, {self.bound}-bound")
-        rows = [f"  {op.name:<40} {op.engine:<7} {op.time_s * 1e6:9.2f} us "
-                f"({op.hbm_bytes / 1e3:.1f} kB HBM)" for op in self.ops[:30]]
+        head = (
+            f"Unfused PyTorch estimate on {self.hardware} (one NeuronCore): "
+            f"{self.total_time_s * 1e6:.2f} us over {len(self.ops)} ops, {self.bound}-bound"
+        )
+        rows = [
+            f"  {op.name:<40} {op.engine:<7} {op.time_s * 1e6:9.2f} us " f"({op.hbm_bytes / 1e3:.1f} kB HBM)"
+            for op in self.ops[:30]
+        ]
         if len(self.ops) > 30:
             rows.append(f"  ... {len(self.ops) - 30} more ops")
         return "\n".join([head] + rows)
@@ -92,8 +171,12 @@ def _tensors(tree):
 def _nbytes(ts):
     seen, total = set(), 0
     for t in ts:
-        key = (t.untyped_storage().data_ptr() if t.device.type != "meta" else id(t),
-               t.storage_offset(), tuple(t.shape), tuple(t.stride()))
+        key = (
+            t.untyped_storage().data_ptr() if t.device.type != "meta" else id(t),
+            t.storage_offset(),
+            tuple(t.shape),
+            tuple(t.stride()),
+        )
         if key in seen:
             continue
         seen.add(key)
@@ -120,8 +203,7 @@ def _op_cost(hw, func, args, kwargs, out):
     all_16bit = dname in ("bfloat16", "float16")
     compute = 0.0
     if base not in _TRANSCENDENTAL:
-        compute += vec_passes * cm.elementwise_seconds(hw, "Vector", hw.pmax, free,
-                                                       all_16bit=all_16bit)
+        compute += vec_passes * cm.elementwise_seconds(hw, "Vector", hw.pmax, free, all_16bit=all_16bit)
     compute += act_passes * cm.elementwise_seconds(hw, "Scalar", hw.pmax, free)
     engine = "Scalar" if act_passes and base in _TRANSCENDENTAL else "Vector"
     return OpCost(base, engine, dma, compute, nbytes, 0.0)
@@ -132,8 +214,7 @@ def _matmul_flops(func, ins, outs):
         q, k = ins[0], ins[1]
         return 4.0 * q.shape[:-1].numel() * k.shape[-2] * q.shape[-1]
     out = outs[0]
-    a = ins[1] if func in (aten.addmm.default, aten.baddbmm.default, aten.addbmm.default) \
-        else ins[0]
+    a = ins[1] if func in (aten.addmm.default, aten.baddbmm.default, aten.addbmm.default) else ins[0]
     k = a.shape[-1]
     return 2.0 * out.numel() * k
 
@@ -169,9 +250,14 @@ def estimate_torch(fn, *args, platform_target=None, **kwargs):
         busy[op.engine] += op.compute_s
         count["DMA"] += 1
         count[op.engine] += 1
-    report = TorchCostReport(hardware=hw.name, engine_busy_s=busy, instructions=count,
-                             hbm_bytes=sum(op.hbm_bytes for op in rec.ops),
-                             flops=sum(op.flops for op in rec.ops), ops=rec.ops)
+    report = TorchCostReport(
+        hardware=hw.name,
+        engine_busy_s=busy,
+        instructions=count,
+        hbm_bytes=sum(op.hbm_bytes for op in rec.ops),
+        flops=sum(op.flops for op in rec.ops),
+        ops=rec.ops,
+    )
     return out, report
 
 
@@ -189,13 +275,16 @@ class Comparison:
         return self.torch.total_time_s / self.kernel.total_time_s
 
     def __str__(self):
-        return (f"{self.kernel}\n{self.torch}\nestimated speedup of the NKI kernel over the "
-                f"unfused PyTorch ops on {self.kernel.hardware}: {self.speedup:.2f}x")
+        return (
+            f"{self.kernel}\n{self.torch}\nestimated speedup of the NKI kernel over the "
+            f"unfused PyTorch ops on {self.kernel.hardware}: {self.speedup:.2f}x"
+        )
 
 
 def compare(kernel, torch_fn, *args, platform_target=None, **kwargs):
     """Simulate ``kernel(*args)`` and estimate ``torch_fn(*args)``; see :class:`Comparison`."""
     from ._jit import Kernel
+
     k = kernel if isinstance(kernel, Kernel) else Kernel(kernel)
     kout, krep = k.simulate(*args, platform_target=platform_target, **kwargs)
     tout, trep = estimate_torch(torch_fn, *args, platform_target=platform_target, **kwargs)

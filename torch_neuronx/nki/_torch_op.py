@@ -19,6 +19,7 @@ The graph stores the kernel by a stable key (module, qualified name and a hash
 of its source) and its non-tensor arguments as a literal string, so a compiled
 graph means the same kernel in every process that loads it from a cache.
 """
+
 from __future__ import annotations
 
 import ast
@@ -210,7 +211,11 @@ _kernel_call.register_fake(_fake_outputs)
 
 @torch.library.custom_op("nki::kernel_call_inplace", mutates_args={"tensors", "outputs"})
 def _kernel_call_inplace(
-    kernel: str, grid: list[int], tensors: list[torch.Tensor], names: str, constants: str,
+    kernel: str,
+    grid: list[int],
+    tensors: list[torch.Tensor],
+    names: str,
+    constants: str,
     outputs: list[torch.Tensor],
 ) -> None:
     """A launch of a kernel that writes into (some of) its tensor arguments.
@@ -276,12 +281,14 @@ class NKIKernelCaller:
         constants = _encode_constants(tuple((n, bound[n]) for n in self.arg_names if n not in names))
         specs, written = _trace(self.kernel_key, self.grid, _signature(tensors), tuple(names), constants)
         if not written:
-            return _unpack(torch.ops.nki.kernel_call(
-                self.kernel_key, list(self.grid), tensors, ",".join(names), constants))
+            return _unpack(
+                torch.ops.nki.kernel_call(self.kernel_key, list(self.grid), tensors, ",".join(names), constants)
+            )
         device = tensors[0].device
         outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in specs]
         torch.ops.nki.kernel_call_inplace(
-            self.kernel_key, list(self.grid), tensors, ",".join(names), constants, outputs)
+            self.kernel_key, list(self.grid), tensors, ",".join(names), constants, outputs
+        )
         return _unpack(outputs)
 
 

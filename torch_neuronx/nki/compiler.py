@@ -24,7 +24,9 @@ class _Allocators:
             raise NotImplementedError(
                 f"nki.compiler.{self._buffer}.{name}: manual {self._buffer.upper()} "
                 f"allocation (fixed addresses, modulo allocation) is not simulated; allocate "
-                f"with nl.ndarray(..., buffer=nl.{self._buffer}) and let the simulator place it")
+                f"with nl.ndarray(..., buffer=nl.{self._buffer}) and let the simulator place it"
+            )
+
         alloc.__name__ = name
         return alloc
 

@@ -13,8 +13,7 @@ import numpy as np
 
 from . import _cost_model as cm
 from . import _dtypes as dt
-from . import _math
-from . import _ops
+from . import _math, _ops
 from . import _rules as rules
 from . import language as nl
 from ._context import current_run
@@ -38,9 +37,12 @@ class engine(enum.Enum):
 
 # module-level names the API documents
 tensor_engine, vector_engine, scalar_engine, gpsimd_engine = (
-    engine.tensor, engine.vector, engine.scalar, engine.gpsimd)
-_ENGINE_NAME = {engine.tensor: "Tensor", engine.vector: "Vector", engine.scalar: "Scalar",
-                engine.gpsimd: "GpSimd"}
+    engine.tensor,
+    engine.vector,
+    engine.scalar,
+    engine.gpsimd,
+)
+_ENGINE_NAME = {engine.tensor: "Tensor", engine.vector: "Vector", engine.scalar: "Scalar", engine.gpsimd: "GpSimd"}
 
 
 class reduce_cmd(enum.Enum):
@@ -88,6 +90,7 @@ def _dst_first(n_lead):
     ``n_lead`` is how many leading tile arguments the dst-less form takes; a call
     passing one more leading tile passes ``dst`` first.
     """
+
     def deco(f):
         @functools.wraps(f)
         def wrapper(*args, **kwargs):
@@ -101,7 +104,9 @@ def _dst_first(n_lead):
                     kwargs["dst"] = args[0]
                     args = args[1:]
             return f(*args, **kwargs)
+
         return wrapper
+
     return deco
 
 
@@ -121,8 +126,7 @@ def _reduce_ufunc(op, instr, operand="op"):
         return u
     if isinstance(op, np.ufunc):
         return op
-    for k, v in ((np.sum, np.add), (np.max, np.maximum), (np.min, np.minimum),
-                 (np.prod, np.multiply)):
+    for k, v in ((np.sum, np.add), (np.max, np.maximum), (np.min, np.minimum), (np.prod, np.multiply)):
         if op is k:
             return v
     _fail(NKIShapeError, instr, operand, f"{op!r} is not a reduction operator")
@@ -137,8 +141,7 @@ def _scalar_operand(x, instr, name, p, ndim):
     if isinstance(x, NkiTensor):
         a, _, _ = _ops.operand(x, instr, name)
         if a.ndim < 1 or a.shape[0] not in (1, p) or int(np.prod(a.shape[1:])) != 1:
-            _fail(NKIShapeError, instr, name,
-                  f"must be a scalar or a [{p}, 1] per-partition tile, got shape {a.shape}")
+            _fail(NKIShapeError, instr, name, f"must be a scalar or a [{p}, 1] per-partition tile, got shape {a.shape}")
         return a.reshape((a.shape[0],) + (1,) * (ndim - 1)).astype(np.float32)
     return np.float32(x)
 
@@ -159,8 +162,7 @@ class _Accumulator:
             acc = partial
         elif cmd is reduce_cmd.reduce:
             prev = regs.get(engine_name)
-            acc = partial if prev is None or prev.shape != partial.shape else \
-                op_ufunc(prev, partial)
+            acc = partial if prev is None or prev.shape != partial.shape else op_ufunc(prev, partial)
         elif cmd is reduce_cmd.load_reduce:
             acc = op_ufunc(np.broadcast_to(np.asarray(init, np.float32), partial.shape), partial)
         elif cmd is reduce_cmd.reset:
@@ -174,8 +176,7 @@ class _Accumulator:
 _ACC = _Accumulator()
 
 
-def _reduce_into(instr, engine_name, res_vals, reduce_op, reduce_res, cmd, init=None,
-                 negate=False):
+def _reduce_into(instr, engine_name, res_vals, reduce_op, reduce_res, cmd, init=None, negate=False):
     red = _reduce_ufunc(reduce_op, instr, "reduce_op")
     flat = res_vals.reshape(res_vals.shape[0], -1).astype(np.float32)
     partial = red.reduce(flat, axis=1, keepdims=True)
@@ -186,9 +187,20 @@ def _reduce_into(instr, engine_name, res_vals, reduce_op, reduce_res, cmd, init=
 
 # ----- Tensor Engine -------------------------------------------------------------------------
 @_dst_first(2)
-def nc_matmul(stationary, moving, is_stationary_onezero=False, is_moving_onezero=False,
-              is_transpose=False, mask=None, dst=None, accumulate=None, tile_position=(),
-              tile_size=(), perf_mode=None, **kwargs):
+def nc_matmul(
+    stationary,
+    moving,
+    is_stationary_onezero=False,
+    is_moving_onezero=False,
+    is_transpose=False,
+    mask=None,
+    dst=None,
+    accumulate=None,
+    tile_position=(),
+    tile_size=(),
+    perf_mode=None,
+    **kwargs,
+):
     """``stationary.T @ moving`` on the Tensor Engine (stationary [K, M], moving [K, N]).
 
     Returns a new PSUM fp32 tile [M, N], or writes ``dst``: ``accumulate=False``
@@ -198,8 +210,7 @@ def nc_matmul(stationary, moving, is_stationary_onezero=False, is_moving_onezero
     """
     instr = "nisa.nc_matmul"
     if dst is not None and dst.buffer != "psum":
-        _fail(NKIBufferError, instr, "dst", f"tile in {dst.buffer.upper()}; nc_matmul "
-              f"writes PSUM only")
+        _fail(NKIBufferError, instr, "dst", f"tile in {dst.buffer.upper()}; nc_matmul " f"writes PSUM only")
     if is_transpose:
         return _pe_transpose_mode(instr, stationary, moving, dst)
     res = _ops.matmul(instr, stationary, moving)
@@ -216,12 +227,15 @@ def _pe_transpose_mode(instr, stationary, moving, dst):
     m, _, _ = _ops.operand(moving, instr, "moving")
     k = stationary.shape[0]
     if m.shape != (k, k) or not np.array_equal(m, np.eye(k, dtype=m.dtype)):
-        _fail(NKIShapeError, instr, "moving",
-              f"is_transpose=True needs the [{k}, {k}] identity as moving (got shape "
-              f"{m.shape}{'' if m.shape != (k, k) else ', not the identity'}); use "
-              f"nl.shared_identity_matrix({k})")
-    rules.check_matmul(run.hw, instr, stationary.shape, moving.shape, stationary.dtype,
-                       moving.dtype)
+        _fail(
+            NKIShapeError,
+            instr,
+            "moving",
+            f"is_transpose=True needs the [{k}, {k}] identity as moving (got shape "
+            f"{m.shape}{'' if m.shape != (k, k) else ', not the identity'}); use "
+            f"nl.shared_identity_matrix({k})",
+        )
+    rules.check_matmul(run.hw, instr, stationary.shape, moving.shape, stationary.dtype, moving.dtype)
     a, d, _ = _ops.operand(stationary, instr, "stationary")
     run.ledger.charge("Tensor", instr, cm.matmul_seconds(run.hw, k, stationary.dtype.name))
     if dst is None:
@@ -235,12 +249,12 @@ def nc_transpose(data, engine=engine.unknown, dst=None, **kwargs):
     """Partition <-> free transpose: Tensor Engine (<=128x128, to PSUM) or Vector (<=32x32)."""
     instr = "nisa.nc_transpose"
     vector = engine is globals()["engine"].vector or (
-        engine is globals()["engine"].unknown and dst is not None and dst.buffer == "sbuf")
+        engine is globals()["engine"].unknown and dst is not None and dst.buffer == "sbuf"
+    )
     if vector:
         a, d, _ = _ops.operand(data, instr, "data")
         if a.ndim != 2 or a.shape[0] > 32 or a.shape[1] > 32:
-            _fail(NKITileSizeError, instr, "data",
-                  f"Vector Engine transpose supports tiles up to 32x32, got {a.shape}")
+            _fail(NKITileSizeError, instr, "data", f"Vector Engine transpose supports tiles up to 32x32, got {a.shape}")
         _ops.charge_elementwise("Vector", instr, a.shape, dtypes=[d])
         res = _ops.new_tile(a.T, d, instr)
     else:
@@ -250,8 +264,19 @@ def nc_transpose(data, engine=engine.unknown, dst=None, **kwargs):
 
 # ----- Scalar Engine -------------------------------------------------------------------------
 @_dst_first(0)
-def activation(op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
-               reduce_cmd=None, dtype=None, mask=None, dst=None, **kwargs):
+def activation(
+    op,
+    data,
+    bias=None,
+    scale=1.0,
+    reduce_op=None,
+    reduce_res=None,
+    reduce_cmd=None,
+    dtype=None,
+    mask=None,
+    dst=None,
+    **kwargs,
+):
     """``op(data * scale + bias)`` on the Scalar Engine, with optional free-axis reduction
     of the result into ``reduce_res`` ([P, 1])."""
     instr = "nisa.activation"
@@ -274,43 +299,51 @@ def activation(op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
 
 
 @_dst_first(0)
-def activation_reduce(op, data, reduce_op, reduce_res, bias=None, scale=1.0, dtype=None,
-                      mask=None, dst=None, **kwargs):
+def activation_reduce(op, data, reduce_op, reduce_res, bias=None, scale=1.0, dtype=None, mask=None, dst=None, **kwargs):
     """:func:`activation` plus a free-axis reduction of its result into ``reduce_res``."""
-    return activation(op, data, bias=bias, scale=scale, reduce_op=reduce_op,
-                      reduce_res=reduce_res, dtype=dtype, mask=mask, dst=dst)
+    return activation(
+        op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res, dtype=dtype, mask=mask, dst=dst
+    )
 
 
 # ----- Vector / GpSimd ------------------------------------------------------------------------
 @_dst_first(2)
-def tensor_tensor(data1, data2, op, engine=engine.unknown, dtype=None, mask=None, dst=None,
-                  **kwargs):
+def tensor_tensor(data1, data2, op, engine=engine.unknown, dtype=None, mask=None, dst=None, **kwargs):
     """Elementwise ``op(data1, data2)`` of two same-shape tiles (Vector or GpSimd)."""
     instr = "nisa.tensor_tensor"
     if isinstance(data1, NkiTensor) and isinstance(data2, NkiTensor):
         if data1.buffer == "psum" and data2.buffer == "psum":
-            _fail(NKIBufferError, instr, "data2",
-                  "both operands in PSUM; the engines read at most one operand from PSUM")
-        if int(np.prod(data1.shape)) != int(np.prod(data2.shape)) or \
-                data1.shape[0] != data2.shape[0]:
-            _fail(NKIShapeError, instr, "data2",
-                  f"shape {data2.shape} differs from data1 shape {data1.shape}")
-    return _ops.elementwise(instr, _engine(engine, "Vector"), _op_fn(op, instr),
-                            [data1, data2], dtype, mask, dst, names=["data1", "data2"])
+            _fail(
+                NKIBufferError, instr, "data2", "both operands in PSUM; the engines read at most one operand from PSUM"
+            )
+        if int(np.prod(data1.shape)) != int(np.prod(data2.shape)) or data1.shape[0] != data2.shape[0]:
+            _fail(NKIShapeError, instr, "data2", f"shape {data2.shape} differs from data1 shape {data1.shape}")
+    return _ops.elementwise(
+        instr, _engine(engine, "Vector"), _op_fn(op, instr), [data1, data2], dtype, mask, dst, names=["data1", "data2"]
+    )
 
 
 @_dst_first(1)
-def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None,
-                  reverse1=False, engine=engine.unknown, dtype=None, mask=None, dst=None,
-                  **kwargs):
+def tensor_scalar(
+    data,
+    op0,
+    operand0,
+    reverse0=False,
+    op1=None,
+    operand1=None,
+    reverse1=False,
+    engine=engine.unknown,
+    dtype=None,
+    mask=None,
+    dst=None,
+    **kwargs,
+):
     """``(data op0 operand0) op1 operand1`` with scalar / [P, 1] operands."""
     instr = "nisa.tensor_scalar"
-    x = _tensor_scalar_vals(instr, data, op0, operand0, reverse0, op1, operand1, reverse1,
-                            mask)
+    x = _tensor_scalar_vals(instr, data, op0, operand0, reverse0, op1, operand1, reverse1, mask)
     a_shape, d = data.shape, data.dtype
     _ops.charge_elementwise(_engine(engine, "Vector"), instr, a_shape, dtypes=[d])
-    return _write_or_new(x, dt.as_dtype(dtype) or (dst.dtype if dst is not None else d),
-                         dst, instr, mask)
+    return _write_or_new(x, dt.as_dtype(dtype) or (dst.dtype if dst is not None else d), dst, instr, mask)
 
 
 def _tensor_scalar_vals(instr, data, op0, operand0, reverse0, op1, operand1, reverse1, mask):
@@ -330,9 +363,21 @@ def _tensor_scalar_vals(instr, data, op0, operand0, reverse0, op1, operand1, rev
 
 
 @_dst_first(1)
-def tensor_scalar_reduce(data, op0, operand0, reduce_op, reduce_res=None, reverse0=False,
-                         reduce_cmd=reduce_cmd.reset_reduce, reduce_init=None,
-                         reduce_res_negate=False, dtype=None, mask=None, dst=None, **kwargs):
+def tensor_scalar_reduce(
+    data,
+    op0,
+    operand0,
+    reduce_op,
+    reduce_res=None,
+    reverse0=False,
+    reduce_cmd=reduce_cmd.reset_reduce,
+    reduce_init=None,
+    reduce_res_negate=False,
+    dtype=None,
+    mask=None,
+    dst=None,
+    **kwargs,
+):
     """:func:`tensor_scalar` with one operator, plus a reduction of the result over all
     free axes into ``reduce_res`` ([P, 1]) (Vector Engine)."""
     instr = "nisa.tensor_scalar_reduce"
@@ -342,14 +387,14 @@ def tensor_scalar_reduce(data, op0, operand0, reduce_op, reduce_res=None, revers
     init = None
     if reduce_init is not None:
         init = _scalar_operand(reduce_init, instr, "reduce_init", x.shape[0], 2)
-    _reduce_into(instr, "Vector", x, reduce_op, reduce_res, reduce_cmd, init,
-                 negate=reduce_res_negate)
+    _reduce_into(instr, "Vector", x, reduce_op, reduce_res, reduce_cmd, init, negate=reduce_res_negate)
     return _write_or_new(x, out_d, dst, instr, mask)
 
 
 @_dst_first(1)
-def scalar_tensor_tensor(data, op0, operand0, op1, operand1, reverse0=False, reverse1=False,
-                         dtype=None, mask=None, dst=None, **kwargs):
+def scalar_tensor_tensor(
+    data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, dtype=None, mask=None, dst=None, **kwargs
+):
     """``(data op0 operand0) op1 operand1``: operand0 scalar/[P,1], operand1 a tile."""
     instr = "nisa.scalar_tensor_tensor"
     a, d, _ = _ops.operand(data, instr, "data", mask)
@@ -365,8 +410,9 @@ def scalar_tensor_tensor(data, op0, operand0, op1, operand1, reverse0=False, rev
 
 
 @_dst_first(2)
-def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False,
-                       dtype=None, mask=None, dst=None, **kwargs):
+def tensor_tensor_scan(
+    data0, data1, initial, op0, op1, reverse0=False, reverse1=False, dtype=None, mask=None, dst=None, **kwargs
+):
     """Per partition: ``r[:, i] = op1(op0(data0[:, i], r[:, i-1]), data1[:, i])`` with
     ``r[:, -1] = initial`` (scalar or [P, 1]) (Vector Engine)."""
     instr = "nisa.tensor_tensor_scan"
@@ -376,8 +422,7 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1
         _fail(NKIShapeError, instr, "data1", f"shape {b.shape} does not match data0 {a.shape}")
     a2 = a.reshape(a.shape[0], -1).astype(np.float32)
     b2 = b.reshape(b.shape[0], -1).astype(np.float32)
-    prev = np.broadcast_to(_scalar_operand(initial, instr, "initial", a.shape[0], 2),
-                           (a.shape[0], 1)).reshape(-1)
+    prev = np.broadcast_to(_scalar_operand(initial, instr, "initial", a.shape[0], 2), (a.shape[0], 1)).reshape(-1)
     f0, f1 = _op_fn(op0, instr, "op0"), _op_fn(op1, instr, "op1")
     out = np.empty_like(a2)
     with np.errstate(all="ignore"):
@@ -392,13 +437,11 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1
 
 
 @_dst_first(0)
-def tensor_reduce(op, data, axis, negate=False, keepdims=False, dtype=None, mask=None,
-                  dst=None, **kwargs):
+def tensor_reduce(op, data, axis, negate=False, keepdims=False, dtype=None, mask=None, dst=None, **kwargs):
     """Reduce ``data`` with ``op`` (nl.add / nl.maximum / ...) along free ``axis``; all
     free axes reduced gives [P, 1]."""
     instr = "nisa.tensor_reduce"
-    vals, d = _ops.reduce(instr, _reduce_ufunc(op, instr), data, axis, keepdims=keepdims,
-                          mask=mask, negate=negate)
+    vals, d = _ops.reduce(instr, _reduce_ufunc(op, instr), data, axis, keepdims=keepdims, mask=mask, negate=negate)
     out_d = dt.as_dtype(dtype) or (dst.dtype if dst is not None else d)
     return _write_or_new(vals, out_d, dst, instr)
 
@@ -418,29 +461,25 @@ def tensor_partition_reduce(op, data, dtype=None, mask=None, dst=None, **kwargs)
 def tensor_copy(src, engine=engine.unknown, dtype=None, mask=None, dst=None, **kwargs):
     """Copy a tile within SBUF/PSUM (PSUM -> SBUF evacuation), optionally casting."""
     instr = "nisa.tensor_copy"
-    return _ops.elementwise(instr, _engine(engine, "Vector"), _math.copy, [src], dtype, mask,
-                            dst, names=["src"])
+    return _ops.elementwise(instr, _engine(engine, "Vector"), _math.copy, [src], dtype, mask, dst, names=["src"])
 
 
 @_dst_first(1)
-def tensor_copy_dynamic_src(src, engine=engine.unknown, dtype=None, mask=None, dst=None,
-                            **kwargs):
+def tensor_copy_dynamic_src(src, engine=engine.unknown, dtype=None, mask=None, dst=None, **kwargs):
     """:func:`tensor_copy` whose ``src`` view has a run-time start offset (the simulator
     evaluates offsets eagerly, so any view works)."""
     return tensor_copy(src, engine=engine, dtype=dtype, mask=mask, dst=dst)
 
 
 @_dst_first(1)
-def tensor_copy_dynamic_dst(src, engine=engine.unknown, dtype=None, mask=None, dst=None,
-                            **kwargs):
+def tensor_copy_dynamic_dst(src, engine=engine.unknown, dtype=None, mask=None, dst=None, **kwargs):
     """:func:`tensor_copy` whose ``dst`` view has a run-time start offset."""
     if dst is None:
         raise TypeError("nisa.tensor_copy_dynamic_dst: operand 'dst' is required")
     return tensor_copy(src, engine=engine, dtype=dtype, mask=mask, dst=dst)
 
 
-def tensor_copy_predicated(dst=None, src=None, predicate=None, reverse_pred=False, mask=None,
-                           **kwargs):
+def tensor_copy_predicated(dst=None, src=None, predicate=None, reverse_pred=False, mask=None, **kwargs):
     """Copy ``src`` (tile or scalar) into ``dst`` where ``predicate`` is nonzero (or zero
     with ``reverse_pred``); other ``dst`` elements keep their values (Vector Engine)."""
     instr = "nisa.tensor_copy_predicated"
@@ -467,8 +506,7 @@ def tensor_copy_predicated(dst=None, src=None, predicate=None, reverse_pred=Fals
 @_dst_first(1)
 def reciprocal(data, dtype=None, mask=None, dst=None, **kwargs):
     """``1 / data`` on the Vector Engine."""
-    return _ops.elementwise("nisa.reciprocal", "Vector", lambda a: 1.0 / a, [data], dtype,
-                            mask, dst, names=["data"])
+    return _ops.elementwise("nisa.reciprocal", "Vector", lambda a: 1.0 / a, [data], dtype, mask, dst, names=["data"])
 
 
 def _pattern_values(instr, pattern, offset, channel_multiplier, p, free_shape):
@@ -477,9 +515,12 @@ def _pattern_values(instr, pattern, offset, channel_multiplier, p, free_shape):
     nums = [n for _, n in pat]
     n_free = int(np.prod(free_shape)) if free_shape else 1
     if int(np.prod(nums)) != n_free:
-        _fail(NKIShapeError, instr, "pattern",
-              f"pattern {pattern} has {int(np.prod(nums))} elements per partition, dst has "
-              f"{n_free}")
+        _fail(
+            NKIShapeError,
+            instr,
+            "pattern",
+            f"pattern {pattern} has {int(np.prod(nums))} elements per partition, dst has " f"{n_free}",
+        )
     grids = np.meshgrid(*[np.arange(n) * s for s, n in zip(steps, nums)], indexing="ij")
     free = np.sum(grids, axis=0).reshape(-1) if grids else np.zeros(1, np.int64)
     vals = offset + np.arange(p)[:, None] * channel_multiplier + free[None, :]
@@ -496,8 +537,7 @@ def iota(*args, dtype=None, mask=None, dst=None, **kwargs):
         pattern = kwargs.pop("pattern", args[0] if args else None)
         offset = kwargs.pop("offset", args[1] if len(args) > 1 else 0)
         cm_ = kwargs.pop("channel_multiplier", args[2] if len(args) > 2 else 0)
-        vals = _pattern_values(instr, pattern, int(offset), int(cm_), dst.shape[0],
-                               dst.shape[1:])
+        vals = _pattern_values(instr, pattern, int(offset), int(cm_), dst.shape[0], dst.shape[1:])
         _ops.charge_elementwise("GpSimd", instr, dst.shape)
         dst._write(instr, "dst", vals, mask)
         return dst
@@ -510,8 +550,7 @@ def iota(*args, dtype=None, mask=None, dst=None, **kwargs):
     return _ops.new_tile(vals, dt.as_dtype(dtype) or dt.int32, instr)
 
 
-def memset(*args, value=None, dtype=None, engine=engine.unknown, mask=None, dst=None,
-           shape=None, **kwargs):
+def memset(*args, value=None, dtype=None, engine=engine.unknown, mask=None, dst=None, shape=None, **kwargs):
     """Fill ``dst`` with ``value``: ``memset(dst, value)``; or the older
     ``memset(shape, value, dtype)`` returning a new tile (Vector Engine)."""
     instr = "nisa.memset"
@@ -529,8 +568,7 @@ def memset(*args, value=None, dtype=None, engine=engine.unknown, mask=None, dst=
     out_d = dst.dtype if dst is not None else dt.as_dtype(dtype)
     if out_d is None:
         raise TypeError(f"{instr}: missing 'dtype' (or pass dst=)")
-    _ops.charge_elementwise(_engine(engine, "Vector"), instr, target_shape, n_inputs=0,
-                            dtypes=[out_d])
+    _ops.charge_elementwise(_engine(engine, "Vector"), instr, target_shape, n_inputs=0, dtypes=[out_d])
     vals = np.full(target_shape, value, np.float64 if out_d.is_float else np.int64)
     return _write_or_new(vals, out_d, dst, instr, mask)
 
@@ -542,18 +580,22 @@ def affine_select(*args, dtype=None, mask=None, dst=None, **kwargs):
     ``cmp_op(offset + p * channel_multiplier + pattern, 0)``; older form
     ``affine_select(pred, on_true_tile, on_false_value)`` with an index expression."""
     instr = "nisa.affine_select"
-    if args and isinstance(args[0], NkiTensor) and dst is None and not (
-            len(args) > 1 and isinstance(args[1], NkiTensor)):
+    if (
+        args
+        and isinstance(args[0], NkiTensor)
+        and dst is None
+        and not (len(args) > 1 and isinstance(args[1], NkiTensor))
+    ):
         dst, args = args[0], args[1:]
     if dst is not None or "pattern" in kwargs:
-        names = ["pattern", "channel_multiplier", "on_true_tile", "on_false_value", "cmp_op",
-                 "offset"]
+        names = ["pattern", "channel_multiplier", "on_true_tile", "on_false_value", "cmp_op", "offset"]
         vals = dict(zip(names, args))
         vals.update(kwargs)
         on_true = vals["on_true_tile"]
         a, d, _ = _ops.operand(on_true, instr, "on_true_tile", mask)
-        aff = _pattern_values(instr, vals["pattern"], int(vals.get("offset", 0)),
-                              int(vals["channel_multiplier"]), a.shape[0], a.shape[1:])
+        aff = _pattern_values(
+            instr, vals["pattern"], int(vals.get("offset", 0)), int(vals["channel_multiplier"]), a.shape[0], a.shape[1:]
+        )
         cmp = _op_fn(vals.get("cmp_op", nl.equal), instr, "cmp_op")
         pred = np.asarray(cmp(aff, 0), bool)
     else:
@@ -572,9 +614,21 @@ def affine_select(*args, dtype=None, mask=None, dst=None, **kwargs):
 
 
 @_dst_first(1)
-def range_select(on_true_tile, comp_op0, comp_op1, bound0, bound1,
-                 reduce_cmd=reduce_cmd.reset_reduce, reduce_res=None, reduce_op=None,
-                 range_start=0, on_false_value=nl.fp32.min, dtype=None, dst=None, **kwargs):
+def range_select(
+    on_true_tile,
+    comp_op0,
+    comp_op1,
+    bound0,
+    bound1,
+    reduce_cmd=reduce_cmd.reset_reduce,
+    reduce_res=None,
+    reduce_op=None,
+    range_start=0,
+    on_false_value=nl.fp32.min,
+    dtype=None,
+    dst=None,
+    **kwargs,
+):
     """Keep elements whose free index + ``range_start`` passes both comparisons with the
     per-partition bounds, else ``on_false_value``; max-reduce into ``reduce_res``."""
     instr = "nisa.range_select"
@@ -594,8 +648,18 @@ def range_select(on_true_tile, comp_op0, comp_op1, bound0, bound1,
 
 
 @_dst_first(2)
-def select_reduce(predicate, on_true, on_false, reduce_res=None, reduce_cmd=reduce_cmd.idle,
-                  reduce_op=None, reverse_pred=False, dtype=None, dst=None, **kwargs):
+def select_reduce(
+    predicate,
+    on_true,
+    on_false,
+    reduce_res=None,
+    reduce_cmd=reduce_cmd.idle,
+    reduce_op=None,
+    reverse_pred=False,
+    dtype=None,
+    dst=None,
+    **kwargs,
+):
     """``where(predicate, on_true, on_false)`` (on_false scalar or [P, 1]), with an optional
     max reduction into ``reduce_res`` (Vector Engine)."""
     instr = "nisa.select_reduce"
@@ -610,9 +674,14 @@ def select_reduce(predicate, on_true, on_false, reduce_res=None, reduce_cmd=redu
     out_d = dt.as_dtype(dtype) or (dst.dtype if dst is not None else d)
     rounded = dt.round_to(out, out_d)
     if reduce_res is not None or reduce_cmd not in (reduce_cmd.idle, None):
-        _reduce_into(instr, "Vector", rounded, reduce_op or np.maximum, reduce_res,
-                     reduce_cmd if reduce_cmd is not globals()["reduce_cmd"].idle
-                     else globals()["reduce_cmd"].reset_reduce)
+        _reduce_into(
+            instr,
+            "Vector",
+            rounded,
+            reduce_op or np.maximum,
+            reduce_res,
+            reduce_cmd if reduce_cmd is not globals()["reduce_cmd"].idle else globals()["reduce_cmd"].reset_reduce,
+        )
     return _write_or_new(rounded, out_d, dst, instr)
 
 
@@ -623,8 +692,7 @@ def max8(src, dtype=None, mask=None, dst=None, **kwargs):
     a, d, _ = _ops.operand(src, instr, "src", mask)
     flat = a.reshape(a.shape[0], -1).astype(np.float32)
     if not 8 <= flat.shape[1] <= 16384:
-        _fail(NKITileSizeError, instr, "src",
-              f"{flat.shape[1]} elements per partition; max8 reads 8 to 16384")
+        _fail(NKITileSizeError, instr, "src", f"{flat.shape[1]} elements per partition; max8 reads 8 to 16384")
     top = -np.sort(-flat, axis=1)[:, :8]
     _ops.charge_elementwise("Vector", instr, a.shape)
     out_d = dt.as_dtype(dtype) or (dst.dtype if dst is not None else d)
@@ -637,12 +705,16 @@ def _check8(instr, data, vals):
     flat = a.reshape(a.shape[0], -1).astype(np.float32)
     v8 = v.reshape(v.shape[0], -1).astype(np.float32)
     if v8.shape != (flat.shape[0], 8):
-        _fail(NKIShapeError, instr, "vals",
-              f"must hold exactly 8 values per partition for {flat.shape[0]} partitions, got "
-              f"shape {v.shape}")
+        _fail(
+            NKIShapeError,
+            instr,
+            "vals",
+            f"must hold exactly 8 values per partition for {flat.shape[0]} partitions, got " f"shape {v.shape}",
+        )
     if not 8 <= flat.shape[1] <= 16384:
-        _fail(NKITileSizeError, instr, "data",
-              f"{flat.shape[1]} elements per partition; the instruction reads 8 to 16384")
+        _fail(
+            NKITileSizeError, instr, "data", f"{flat.shape[1]} elements per partition; the instruction reads 8 to 16384"
+        )
     return a, flat, v8
 
 
@@ -690,8 +762,7 @@ def nc_match_replace8(data, vals, imm, dst_idx=None, dtype=None, dst=None, **kwa
 
 
 @_dst_first(2)
-def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, dst=None,
-                 **kwargs):
+def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, dst=None, **kwargs):
     """GpSimd gather: each core of 16 partitions flattens its index slice (partition
     first) and every partition gathers ``num_elem_per_idx`` contiguous elements at each
     index (an element offset into its flattened free axes)."""
@@ -699,12 +770,14 @@ def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, 
     a, d, _ = _ops.operand(src_buffer, instr, "src_buffer")
     ix, di, _ = _ops.operand(index, instr, "index")
     if a.shape[0] != ix.shape[0] or a.shape[0] % 16:
-        _fail(NKIShapeError, instr, "index",
-              f"partition sizes {a.shape[0]} and {ix.shape[0]} must match and be a multiple "
-              f"of 16")
+        _fail(
+            NKIShapeError,
+            instr,
+            "index",
+            f"partition sizes {a.shape[0]} and {ix.shape[0]} must match and be a multiple " f"of 16",
+        )
     if num_elem_per_idx not in (1, 2, 4, 8, 16, 32):
-        _fail(NKIShapeError, instr, "num_elem_per_idx",
-              f"{num_elem_per_idx} is not one of 1, 2, 4, 8, 16, 32")
+        _fail(NKIShapeError, instr, "num_elem_per_idx", f"{num_elem_per_idx} is not one of 1, 2, 4, 8, 16, 32")
     flat = a.reshape(a.shape[0], -1)
     per_core = ix.size // (ix.shape[0] // 16)
     n = per_core if num_valid_indices is None else int(num_valid_indices)
@@ -751,8 +824,12 @@ def nc_stream_shuffle(src, shuffle_mask, dst=None, **kwargs):
             if m == 255 or q + i >= dst.shape[0]:
                 continue
             if q + m >= src2.shape[0]:
-                _fail(NKIShapeError, instr, "shuffle_mask",
-                      f"entry {m} selects partition {q + m} beyond src's {src2.shape[0]}")
+                _fail(
+                    NKIShapeError,
+                    instr,
+                    "shuffle_mask",
+                    f"entry {m} selects partition {q + m} beyond src's {src2.shape[0]}",
+                )
             vals[q + i], sel[q + i] = src2[q + m], True
     m2 = np.broadcast_to(sel.reshape((-1,) + (1,) * (dst.ndim - 1)), dst.shape)
     dst._write(instr, "dst", vals.reshape(dst.shape), mask=m2)
@@ -765,7 +842,8 @@ def core_barrier(*args, **kwargs):
     raise NotImplementedError(
         "nisa.core_barrier: synchronising NeuronCores is not simulated (the programs of a "
         "launch grid run one after another on one simulated core, so a barrier between them "
-        "cannot be honoured)")
+        "cannot be honoured)"
+    )
 
 
 def sendrecv(*args, **kwargs):
@@ -773,7 +851,8 @@ def sendrecv(*args, **kwargs):
     raise NotImplementedError(
         "nisa.sendrecv: point-to-point transfers between NeuronCores are not simulated (a "
         "simulated kernel runs on one NeuronCore); use torch.distributed with the 'neuron' "
-        "backend")
+        "backend"
+    )
 
 
 @_dst_first(1)
@@ -789,11 +868,9 @@ def bn_stats(data, dtype=None, mask=None, dst=None, **kwargs):
     if a.ndim != 2:
         _fail(NKIShapeError, instr, "data", f"must be a 2-D tile, got {a.shape}")
     if a.shape[1] > 512:
-        _fail(NKITileSizeError, instr, "data",
-              f"free size {a.shape[1]} exceeds nl.tile_size.bn_stats_fmax=512")
+        _fail(NKITileSizeError, instr, "data", f"free size {a.shape[1]} exceeds nl.tile_size.bn_stats_fmax=512")
     x = a.astype(np.float64)
-    live = np.ones(a.shape, bool) if mask is None else \
-        np.broadcast_to(np.asarray(mask, bool), a.shape)
+    live = np.ones(a.shape, bool) if mask is None else np.broadcast_to(np.asarray(mask, bool), a.shape)
     out = np.zeros((a.shape[0], 6), np.float64)
     for j in range(2):
         xs, ls = x[:, j::2], live[:, j::2]
@@ -844,8 +921,9 @@ def _in_bounds(t):
     return ok
 
 
-def dma_copy(dst=None, src=None, mask=None, dge_mode=None, oob_mode=None, dst_rmw_op=None,
-             priority=None, engine=None, name=None):
+def dma_copy(
+    dst=None, src=None, mask=None, dge_mode=None, oob_mode=None, dst_rmw_op=None, priority=None, engine=None, name=None
+):
     """Copy between HBM and SBUF (either direction, HBM->HBM or SBUF->SBUF) on a DMA engine.
 
     ``dst_rmw_op`` (e.g. ``np.add``) writes ``op(dst, src)`` (read-modify-write);
@@ -864,8 +942,7 @@ def dma_copy(dst=None, src=None, mask=None, dge_mode=None, oob_mode=None, dst_rm
         rules.check_partition(current_run().hw, instr, "src", src.shape)
     if dst.buffer == "sbuf":
         rules.check_partition(current_run().hw, instr, "dst", dst.shape)
-    if oob_mode is not None and oob_mode not in (globals()["oob_mode"].error,
-                                                 globals()["oob_mode"].skip):
+    if oob_mode is not None and oob_mode not in (globals()["oob_mode"].error, globals()["oob_mode"].skip):
         raise ValueError(f"{instr}: unknown oob_mode {oob_mode!r}")
     if oob_mode is globals()["oob_mode"].skip:
         live = _in_bounds(dst) & np.reshape(_in_bounds(src), dst.shape)
@@ -881,8 +958,7 @@ def dma_copy(dst=None, src=None, mask=None, dge_mode=None, oob_mode=None, dst_rm
         with np.errstate(all="ignore"):
             vals = f(np.asarray(dst._read(instr, "dst", mask), np.float32), vals)
     dst._write(instr, "dst", vals, mask)
-    n = int(np.count_nonzero(np.broadcast_to(mask, dst.shape))) if mask is not None \
-        else int(np.prod(dst.shape))
+    n = int(np.count_nonzero(np.broadcast_to(mask, dst.shape))) if mask is not None else int(np.prod(dst.shape))
     nbytes = _dma_bytes(dst, src, n) + (n * dst.itemsize if dst_rmw_op is not None else 0)
     _ops.charge_dma(instr, nbytes)
     return dst
@@ -908,15 +984,13 @@ def dma_transpose(dst=None, src=None, axes=None, mask=None, dge_mode=None, **kwa
         if t.buffer == "psum":
             _fail(NKIBufferError, instr, n, "tile in PSUM; DMA engines access HBM and SBUF only")
     if src.itemsize not in (2, 4):
-        _fail(NKIShapeError, instr, "src",
-              f"dtype {src.dtype!r}: DMA transpose moves 2- or 4-byte elements only")
+        _fail(NKIShapeError, instr, "src", f"dtype {src.dtype!r}: DMA transpose moves 2- or 4-byte elements only")
     perm = tuple(axes) if axes is not None else _DMA_T_PERM.get(src.ndim)
     if perm is None or sorted(perm) != list(range(src.ndim)):
         _fail(NKIShapeError, instr, "src", f"cannot transpose a {src.ndim}-D tensor")
     vals = np.transpose(src._read(instr, "src"), perm)
     if int(np.prod(vals.shape)) != int(np.prod(dst.shape)):
-        _fail(NKIShapeError, instr, "dst",
-              f"shape {dst.shape} does not hold the transposed {vals.shape}")
+        _fail(NKIShapeError, instr, "dst", f"shape {dst.shape} does not hold the transposed {vals.shape}")
     if dst.buffer == "sbuf":
         rules.check_partition(current_run().hw, instr, "dst", dst.shape)
     dst._write(instr, "dst", vals.reshape(dst.shape), mask)

@@ -11,12 +11,24 @@ import builtins as _b
 import numpy as np
 
 from . import _dtypes as _dt
-from . import _math
-from . import _ops
+from . import _math, _ops
 from . import _rules as _r
 from ._context import current_run
-from ._dtypes import (bfloat16, bool_, float8_e4m3, float8_e5m2, float16, float32,  # noqa: F401
-                      int8, int16, int32, tfloat32, uint8, uint16, uint32)
+from ._dtypes import (  # noqa: F401
+    bfloat16,
+    bool_,
+    float8_e4m3,
+    float8_e5m2,
+    float16,
+    float32,
+    int8,
+    int16,
+    int32,
+    tfloat32,
+    uint8,
+    uint16,
+    uint32,
+)
 from ._errors import NKIBufferError, NKIShapeError, _fail
 from ._ops import NkiTensor, new_storage  # noqa: F401
 from ._tensor import par_dim  # noqa: F401
@@ -40,7 +52,8 @@ class _Unpublished:
         raise NotImplementedError(
             f"nl.tile_size.{self.name}: AWS does not publish this alignment, so the "
             f"simulator cannot provide it faithfully; use a value from your hardware's "
-            f"compiler documentation")
+            f"compiler documentation"
+        )
 
 
 class tile_size:
@@ -107,15 +120,18 @@ def _create(shape, dtype, buffer, name, fill):
     name = name or _ops._name(buffer)
     if buffer in _HBM:
         if fill is not None:
-            _fail(NKIBufferError, "nl.zeros/ones/full", name,
-                  "HBM tensors cannot be initialised by a compute engine; allocate with "
-                  "nl.ndarray and nl.store into it")
+            _fail(
+                NKIBufferError,
+                "nl.zeros/ones/full",
+                name,
+                "HBM tensors cannot be initialised by a compute engine; allocate with "
+                "nl.ndarray and nl.store into it",
+            )
         return run.shared_output(lambda: new_storage(shape, dtype, buffer, name), shape, dtype)
     t = new_storage(shape, dtype, buffer, name)
     if fill is not None:
         t._write("nl.memset", "dst", np.asarray(fill))
-        _ops.charge_elementwise("Vector", "nl.memset", tuple(int(s) for s in shape),
-                                n_inputs=0, dtypes=[dtype])
+        _ops.charge_elementwise("Vector", "nl.memset", tuple(int(s) for s in shape), n_inputs=0, dtypes=[dtype])
     return t
 
 
@@ -255,16 +271,18 @@ def load(src, mask=None, dtype=None, **kwargs):
     if not isinstance(src, NkiTensor):
         raise TypeError(f"{instr}: operand 'src' must be a tensor, got {type(src).__name__}")
     if src.buffer not in _HBM:
-        _fail(NKIBufferError, instr, "src",
-              f"tensor in {src.buffer.upper()}; nl.load reads HBM (tiles already on chip "
-              f"need no load)")
+        _fail(
+            NKIBufferError,
+            instr,
+            "src",
+            f"tensor in {src.buffer.upper()}; nl.load reads HBM (tiles already on chip " f"need no load)",
+        )
     run = current_run()
     _r.check_partition(run.hw, instr, "result", src.shape)
     vals = src._read(instr, "src", mask)
     shape = src.shape if src.ndim >= 2 else (src.shape + (1,) if src.ndim == 1 else (1, 1))
     out = _ops.new_tile(np.reshape(vals, shape), _dt.as_dtype(dtype) or src.dtype, instr)
-    n = int(np.count_nonzero(np.broadcast_to(mask, src.shape))) if mask is not None \
-        else int(np.prod(src.shape))
+    n = int(np.count_nonzero(np.broadcast_to(mask, src.shape))) if mask is not None else int(np.prod(src.shape))
     _ops.charge_dma(instr, n * src.itemsize)
     return out
 
@@ -278,14 +296,12 @@ def store(dst, value, mask=None, **kwargs):
     if isinstance(value, NkiTensor):
         if value.buffer == psum:
             # DMA engines read SBUF only: the compiler copies the PSUM tile to SBUF first
-            _ops.charge_elementwise("Vector", "nl.store (PSUM -> SBUF copy)", value.shape,
-                                    dtypes=[value.dtype])
+            _ops.charge_elementwise("Vector", "nl.store (PSUM -> SBUF copy)", value.shape, dtypes=[value.dtype])
         vals, _, _ = _ops.operand(value, instr, "value", mask)
     else:
         vals = np.asarray(value)
     dst._write(instr, "dst", vals, mask)
-    n = int(np.count_nonzero(np.broadcast_to(mask, dst.shape))) if mask is not None \
-        else int(np.prod(dst.shape))
+    n = int(np.count_nonzero(np.broadcast_to(mask, dst.shape))) if mask is not None else int(np.prod(dst.shape))
     _ops.charge_dma(instr, n * dst.itemsize)
 
 
@@ -298,8 +314,7 @@ def load_transpose2d(src, dtype=None, mask=None):
     if mask is not None:
         vals = np.where(np.broadcast_to(mask, src.shape).T, vals, 0)
     out = _ops.new_tile(vals, _dt.as_dtype(dtype) or src.dtype, instr)
-    n = int(np.count_nonzero(np.broadcast_to(mask, src.shape))) if mask is not None \
-        else int(np.prod(src.shape))
+    n = int(np.count_nonzero(np.broadcast_to(mask, src.shape))) if mask is not None else int(np.prod(src.shape))
     _ops.charge_dma(instr, n * src.itemsize)
     return out
 
@@ -314,14 +329,17 @@ def gather_flattened(data, indices, axis=0, dtype=None, mask=None):
     flat = a.reshape(a.shape[0], -1)
     ix = idx.reshape(idx.shape[0], -1).astype(np.int64)
     if ix.shape[0] != flat.shape[0]:
-        _fail(NKIShapeError, instr, "indices",
-              f"partition size {ix.shape[0]} differs from data's {flat.shape[0]}")
+        _fail(NKIShapeError, instr, "indices", f"partition size {ix.shape[0]} differs from data's {flat.shape[0]}")
     bad = (ix < 0) | (ix >= flat.shape[1])
     if mask is not None:
         bad &= np.broadcast_to(np.asarray(mask, bool), idx.shape).reshape(ix.shape)
     if bad.any():
-        _fail(NKIShapeError, instr, "indices",
-              f"index {int(ix[bad][0])} out of range for {flat.shape[1]} elements per partition")
+        _fail(
+            NKIShapeError,
+            instr,
+            "indices",
+            f"index {int(ix[bad][0])} out of range for {flat.shape[1]} elements per partition",
+        )
     vals = np.take_along_axis(flat, np.clip(ix, 0, flat.shape[1] - 1), axis=1)
     _ops.charge_elementwise("GpSimd", instr, idx.shape)
     return _ops.new_tile(vals.reshape(idx.shape), _dt.as_dtype(dtype) or d, instr)
@@ -339,20 +357,25 @@ del _n, _f
 def where(condition, x, y, dtype=None, mask=None):
     """Select ``x`` where ``condition`` else ``y`` (Vector Engine)."""
     if isinstance(condition, np.ndarray) and not isinstance(condition, NkiTensor):
-        return _ops.elementwise("nl.where", "Vector", lambda a, b: np.where(condition, a, b),
-                                [x, y], dtype, mask, names=["x", "y"])
-    return _ops.elementwise("nl.where", "Vector", np.where, [condition, x, y], dtype, mask,
-                            names=["condition", "x", "y"])
+        return _ops.elementwise(
+            "nl.where", "Vector", lambda a, b: np.where(condition, a, b), [x, y], dtype, mask, names=["x", "y"]
+        )
+    return _ops.elementwise(
+        "nl.where", "Vector", np.where, [condition, x, y], dtype, mask, names=["condition", "x", "y"]
+    )
 
 
 def broadcast_to(x, shape, dtype=None):
     """Broadcast a tile to ``shape`` along its size-1 axes (a Vector copy)."""
     shape = tuple(int(s) for s in shape)
     if isinstance(x, NkiTensor) and x.ndim != len(shape):
-        _fail(NKIShapeError, "nl.broadcast_to", "x",
-              f"shape {x.shape} and target {shape} differ in rank; use nl.expand_dims first")
-    return _ops.elementwise("nl.broadcast_to", "Vector",
-                            lambda a: _ops.align(a, shape), [x], dtype)
+        _fail(
+            NKIShapeError,
+            "nl.broadcast_to",
+            "x",
+            f"shape {x.shape} and target {shape} differ in rank; use nl.expand_dims first",
+        )
+    return _ops.elementwise("nl.broadcast_to", "Vector", lambda a: _ops.align(a, shape), [x], dtype)
 
 
 def expand_dims(x, axis):
@@ -362,8 +385,12 @@ def expand_dims(x, axis):
     nd = x.ndim + 1
     ax = axis + nd if axis < 0 else axis
     if not 0 < ax < nd:
-        _fail(NKIShapeError, "nl.expand_dims", "x",
-              f"axis {axis} must be a free axis (1..{nd - 1}): the partition axis stays first")
+        _fail(
+            NKIShapeError,
+            "nl.expand_dims",
+            "x",
+            f"axis {axis} must be a free axis (1..{nd - 1}): the partition axis stays first",
+        )
     if x._adv is not None:
         _fail(NKIShapeError, "nl.expand_dims", "x", "needs a tile, not an index-array view")
     view = np.expand_dims(x._view, ax)
@@ -420,10 +447,13 @@ def _reduction(name, ufunc, post=None):
             vals = post(vals, x, axis, mask)
         out_d = _dt.as_dtype(dtype) or (d if name not in ("all", "any") else bool_)
         return _ops.new_tile(vals, out_d, instr)
+
     reduce.__name__ = name
     reduce.reduce_ufunc = ufunc
-    reduce.__doc__ = (f"nl.{name} along free axes (Vector Engine). Without keepdims, reducing "
-                      f"every free axis gives a [P, 1] tile (the partition axis stays).")
+    reduce.__doc__ = (
+        f"nl.{name} along free axes (Vector Engine). Without keepdims, reducing "
+        f"every free axis gives a [P, 1] tile (the partition axis stays)."
+    )
     return reduce
 
 
@@ -504,9 +534,11 @@ def transpose(x, dtype=None, mask=None, **kwargs):
 # ----- collectives and atomics ------------------------------------------------------------------
 def all_reduce(*args, **kwargs):
     """Not simulated: a kernel launch here runs on one NeuronCore, with no peers."""
-    raise NotImplementedError("nl.all_reduce: collective communication between NeuronCores "
-                              "is not simulated (a simulated kernel runs on one NeuronCore); "
-                              "use torch.distributed with the 'neuron' backend instead")
+    raise NotImplementedError(
+        "nl.all_reduce: collective communication between NeuronCores "
+        "is not simulated (a simulated kernel runs on one NeuronCore); "
+        "use torch.distributed with the 'neuron' backend instead"
+    )
 
 
 def atomic_rmw(dst, value, op, mask=None, **kwargs):
@@ -532,13 +564,14 @@ def _op_fn(op, instr, operand="op"):
 def static_cast(x, dtype):
     """``x`` converted to ``dtype``: a tile (a Vector copy) or a host NumPy array."""
     if isinstance(x, NkiTensor):
-        return copy(x, dtype=dtype)
+        return copy(x, dtype=dtype)  # noqa: F821 (nl.copy: defined from _math.UNARY below)
     d = _dt.as_dtype(dtype)
     if d.is_float and d is not float32 and d is not float16:
-        raise NotImplementedError(f"nl.static_cast of a host array to {d!r}: NumPy has no "
-                                  f"{d.name} array type here; cast tiles inside the kernel")
-    return np.asarray(x).astype(d.np_storage if not d.is_float else
-                                 (np.float16 if d is float16 else np.float32))
+        raise NotImplementedError(
+            f"nl.static_cast of a host array to {d!r}: NumPy has no "
+            f"{d.name} array type here; cast tiles inside the kernel"
+        )
+    return np.asarray(x).astype(d.np_storage if not d.is_float else (np.float16 if d is float16 else np.float32))
 
 
 # ----- misc -------------------------------------------------------------------------------------

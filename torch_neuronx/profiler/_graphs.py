@@ -5,6 +5,7 @@ The code Inductor generates for neuron runs a graph's kernels inside
 profiler traces the device, that scope becomes one device event named after
 the graph. Otherwise entering it costs one flag check.
 """
+
 import os
 import sys
 import threading

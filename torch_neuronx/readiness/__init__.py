@@ -8,6 +8,7 @@ In process::
 
 From the shell: ``torch-neuronx check -- python train.py`` (or ``-- torchrun ...``).
 """
+
 from __future__ import annotations
 
 import sys
@@ -28,8 +29,9 @@ class Readiness:
     Entering resets the devices' peak memory statistics, so the peaks are the block's.
     """
 
-    def __init__(self, instance: str | None = None, lnc: int | None = None, capacity: int | None = None,
-                 out: str | None = None):
+    def __init__(
+        self, instance: str | None = None, lnc: int | None = None, capacity: int | None = None, out: str | None = None
+    ):
         from .. import _hardware
 
         if instance is not None:
@@ -62,8 +64,9 @@ class Readiness:
         return self._collector.raw()
 
 
-def readiness(instance: str | None = None, lnc: int | None = None, capacity: int | None = None,
-              out: str | None = None) -> Readiness:
+def readiness(
+    instance: str | None = None, lnc: int | None = None, capacity: int | None = None, out: str | None = None
+) -> Readiness:
     """Record the code in a ``with`` block and judge it against Trainium (see :class:`Readiness`)."""
     return Readiness(instance=instance, lnc=lnc, capacity=capacity, out=out)
 

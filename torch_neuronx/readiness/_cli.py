@@ -1,4 +1,5 @@
 """``torch-neuronx check -- python train.py [args]`` (or ``-- torchrun ...``)."""
+
 from __future__ import annotations
 
 import argparse
@@ -33,11 +34,16 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--out", default="neuron-readiness", help="report directory (default: %(default)s)")
-    p.add_argument("--instance", help="instance type to judge against and simulate (default: "
-                   "TORCH_NEURONX_INSTANCE_TYPE or trn2.3xlarge)")
+    p.add_argument(
+        "--instance",
+        help="instance type to judge against and simulate (default: " "TORCH_NEURONX_INSTANCE_TYPE or trn2.3xlarge)",
+    )
     p.add_argument("--lnc", type=int, help="logical NeuronCore config, 1 or 2 (default: the instance's)")
-    p.add_argument("--capacity", type=_bytes, help="HBM per logical core for the fit verdict, e.g. 16GiB "
-                   "(default: the instance's)")
+    p.add_argument(
+        "--capacity",
+        type=_bytes,
+        help="HBM per logical core for the fit verdict, e.g. 16GiB " "(default: the instance's)",
+    )
     return p
 
 
@@ -54,7 +60,7 @@ def _child_command(cmd: list[str], raw_dir: str) -> list[str]:
         i = len(rest) - len(args.training_script_args) - 1
         opts = [a for a in rest[:i] if a not in ("-m", "--module")]
         target = ["-m", rest[i]] if args.module else [rest[i]]
-        return head + opts + _LAUNCH + ["--raw", raw_dir] + target + rest[i + 1:]
+        return head + opts + _LAUNCH + ["--raw", raw_dir] + target + rest[i + 1 :]
     if exe.startswith("python") or os.path.realpath(shutil.which(cmd[0]) or cmd[0]) == os.path.realpath(sys.executable):
         i = 1
         flags = []
@@ -70,14 +76,16 @@ def _child_command(cmd: list[str], raw_dir: str) -> list[str]:
 def main(argv: list[str]) -> int:
     if "--" in argv:
         k = argv.index("--")
-        own, cmd = argv[:k], argv[k + 1:]
+        own, cmd = argv[:k], argv[k + 1 :]
     else:
         own, cmd = argv, []
     opts = _parser().parse_args(own)
     if not cmd:
         _parser().print_usage(sys.stderr)
-        print("torch-neuronx check: error: give the command after --, e.g. "
-              "`torch-neuronx check -- python train.py`", file=sys.stderr)
+        print(
+            "torch-neuronx check: error: give the command after --, e.g. " "`torch-neuronx check -- python train.py`",
+            file=sys.stderr,
+        )
         return 2
     from .. import _hardware
 
@@ -98,13 +106,14 @@ def main(argv: list[str]) -> int:
             with open(path) as f:
                 raws.append(json.load(f))
     if not raws:
-        print(f"torch-neuronx check: the command exited with status {rc} before any rank started recording",
-              file=sys.stderr)
+        print(
+            f"torch-neuronx check: the command exited with status {rc} before any rank started recording",
+            file=sys.stderr,
+        )
         return rc or 1
     from ._report import Report
 
-    report = Report(raws, instance=inst.name, lnc=opts.lnc, capacity=opts.capacity,
-                    command=shlex.join(cmd))
+    report = Report(raws, instance=inst.name, lnc=opts.lnc, capacity=opts.capacity, command=shlex.join(cmd))
     paths = report.save(opts.out)
     print(report.summary())
     print(f"  report           {paths['report.html']} (also report.md, report.json)")

@@ -8,6 +8,7 @@ ops fall back to CPU (``torch_neuronx.get_fallback_ops``), memory
 (``torch.neuron.get_dynamo_metrics``), graph-break locations (Dynamo's own
 ``graph_breaks`` log).
 """
+
 from __future__ import annotations
 
 import collections
@@ -40,10 +41,21 @@ _STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
 _SITE = tuple(sysconfig.get_paths()[k] + os.sep for k in ("purelib", "platlib"))
 
 # Ops that only allocate, or build a new view of existing memory: no data moves, no kernel runs.
-_METADATA_OPS = frozenset({
-    "aten::detach", "aten::lift_fresh", "aten::_reshape_alias", "aten::set_", "aten::_unsafe_view", "aten::alias",
-    "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided",
-})
+_METADATA_OPS = frozenset(
+    {
+        "aten::detach",
+        "aten::lift_fresh",
+        "aten::_reshape_alias",
+        "aten::set_",
+        "aten::_unsafe_view",
+        "aten::alias",
+        "aten::empty",
+        "aten::empty_like",
+        "aten::empty_strided",
+        "aten::new_empty",
+        "aten::new_empty_strided",
+    }
+)
 
 
 def _is_machinery(path: str) -> bool:
@@ -440,9 +452,9 @@ def _compile_delta(m0, m1, breaks: collections.Counter, step_recompiles: list) -
         located[(reason, site)] += n
     located = [{"reason": r, "site": s, "count": n} for (r, s), n in located.most_common()]
     return {
-        "graphs": m1["graphs"][len(m0["graphs"]):],
-        "recompilations": m1["recompilations"][len(m0["recompilations"]):],
-        "fallbacks": m1["fallbacks"][len(m0["fallbacks"]):],
+        "graphs": m1["graphs"][len(m0["graphs"]) :],
+        "recompilations": m1["recompilations"][len(m0["recompilations"]) :],
+        "fallbacks": m1["fallbacks"][len(m0["fallbacks"]) :],
         "graph_break_counts": counted,
         "graph_breaks": located,
         "step_recompilations": per_step,

@@ -6,6 +6,7 @@ the table the NKI cost model reads), plus the fixed costs a roofline leaves out;
 each collective by a ring latency/bandwidth model of NeuronLink. ASSUMPTIONS is
 printed in every report.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -43,8 +44,9 @@ def core_figures(chip: str, lnc: int) -> dict:
     core = spec.per_core(lnc)
     missing = [k for k in ("vector_flops", "dma_bytes_per_s") if core[k] is None]
     if missing or spec.dma_fixed_s is None or spec.neuronlink_bytes_per_s is None:
-        raise ValueError(f"AWS publishes no {', '.join(missing) or 'DMA/NeuronLink'} figure for {chip}: "
-                         "no estimate for it")
+        raise ValueError(
+            f"AWS publishes no {', '.join(missing) or 'DMA/NeuronLink'} figure for {chip}: " "no estimate for it"
+        )
     return {
         "chip": chip,
         "lnc": lnc,
@@ -68,8 +70,9 @@ def _tensor_rate(fig: dict, dtype: str, fp32_precision: str) -> float:
     return rates["float32"]
 
 
-def op_time(fig: dict, kind: str, dtype: str, flops: int, nbytes: int, operands: int,
-            fp32_precision: str = "highest") -> tuple:
+def op_time(
+    fig: dict, kind: str, dtype: str, flops: int, nbytes: int, operands: int, fp32_precision: str = "highest"
+) -> tuple:
     """(seconds, {"fixed", "compute", "memory"}) of one call."""
     if kind == "view":
         return 0.0, {"fixed": 0.0, "compute": 0.0, "memory": 0.0}
@@ -151,8 +154,19 @@ def _rank_estimate(raw: dict, fig: dict, prec: str) -> dict:
             terms["fixed"] += parts["fixed"] * n
             bound = "compute" if parts["compute"] >= parts["memory"] else "memory"
             terms[bound] += max(parts["compute"], parts["memory"]) * n
-            e = by_op.setdefault((name, d), {"op": name, "dtype": d, "count": 0, "flops": 0, "bytes": 0,
-                                              "seconds": 0.0, "fixed_seconds": 0.0, "compute_bound_calls": 0})
+            e = by_op.setdefault(
+                (name, d),
+                {
+                    "op": name,
+                    "dtype": d,
+                    "count": 0,
+                    "flops": 0,
+                    "bytes": 0,
+                    "seconds": 0.0,
+                    "fixed_seconds": 0.0,
+                    "compute_bound_calls": 0,
+                },
+            )
             e["count"] += n
             e["flops"] += f * n
             e["bytes"] += b * n
@@ -163,9 +177,19 @@ def _rank_estimate(raw: dict, fig: dict, prec: str) -> dict:
             t, lat, bw = collective_time(fig, name, b, s)
             terms["collective latency"] += lat * n
             terms["collective bandwidth"] += bw * n
-            e = by_op.setdefault((f"c10d::{name}", d), {"op": f"c10d::{name}", "dtype": d, "count": 0, "flops": 0,
-                                                         "bytes": 0, "seconds": 0.0, "fixed_seconds": 0.0,
-                                                         "compute_bound_calls": 0})
+            e = by_op.setdefault(
+                (f"c10d::{name}", d),
+                {
+                    "op": f"c10d::{name}",
+                    "dtype": d,
+                    "count": 0,
+                    "flops": 0,
+                    "bytes": 0,
+                    "seconds": 0.0,
+                    "fixed_seconds": 0.0,
+                    "compute_bound_calls": 0,
+                },
+            )
             e["count"] += n
             e["bytes"] += b * n
             e["seconds"] += t * n

@@ -4,6 +4,7 @@
 what ``torch-neuronx check`` starts, directly or through torchrun. The recording
 goes to DIR/rank<RANK>.json; the script's exit status is this process's.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,9 @@ import traceback
 
 def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[0] != "--raw":
-        print("usage: python -m torch_neuronx.readiness._launch --raw DIR (script.py | -m module) [args]",
-              file=sys.stderr)
+        print(
+            "usage: python -m torch_neuronx.readiness._launch --raw DIR (script.py | -m module) [args]", file=sys.stderr
+        )
         return 2
     raw_dir, rest = argv[1], argv[2:]
     if rest[0] == "-m":

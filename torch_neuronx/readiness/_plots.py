@@ -1,4 +1,5 @@
 """The report's pictures (PNG bytes): memory over time per core, estimated time per op."""
+
 from __future__ import annotations
 
 import io
@@ -40,8 +41,12 @@ def memory_png(cores: list, capacity: int) -> bytes:
         ax.plot(t, [s[2] / GiB for s in c["series"]], linestyle="--", label=f"{c['label']} reserved")
     peak = max([s[2] for c in cores for s in c["series"]] + [1])
     on_scale = peak > capacity / 4
-    ax.axhline(capacity / GiB, color="red", linewidth=1,
-               label="HBM capacity per core" + ("" if on_scale else f" ({capacity / GiB:.0f} GiB, off scale)"))
+    ax.axhline(
+        capacity / GiB,
+        color="red",
+        linewidth=1,
+        label="HBM capacity per core" + ("" if on_scale else f" ({capacity / GiB:.0f} GiB, off scale)"),
+    )
     ax.set_xlabel("time since start (s, simulator)")
     ax.set_ylabel("GiB")
     ax.set_title("Device memory per logical NeuronCore")
@@ -60,8 +65,12 @@ def ops_png(estimates: list, top: int = 12) -> bytes:
     width = 0.8 / len(estimates)
     for j, est in enumerate(estimates):
         by = {(e["op"], e["dtype"]): e["seconds"] for e in est["ops"]}
-        ax.barh([i + j * width for i in range(len(keys))], [by.get(k, 0.0) * 1e3 for k in keys],
-                height=width, label=f"{est['chip']} (LNC={est['lnc']})")
+        ax.barh(
+            [i + j * width for i in range(len(keys))],
+            [by.get(k, 0.0) * 1e3 for k in keys],
+            height=width,
+            label=f"{est['chip']} (LNC={est['lnc']})",
+        )
     ax.set_yticks([i + width * (len(estimates) - 1) / 2 for i in range(len(keys))], names, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("estimated ms per step")

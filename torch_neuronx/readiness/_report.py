@@ -1,4 +1,5 @@
 """The readiness report: built from the ranks' recordings, rendered as text, Markdown, HTML, JSON."""
+
 from __future__ import annotations
 
 import base64
@@ -40,8 +41,14 @@ class Report:
     ``summary()``, ``to_markdown()``, ``to_html()`` render it; ``save(dir)`` writes all.
     """
 
-    def __init__(self, raws: list, instance: str | None = None, lnc: int | None = None,
-                 capacity: int | None = None, command: str | None = None):
+    def __init__(
+        self,
+        raws: list,
+        instance: str | None = None,
+        lnc: int | None = None,
+        capacity: int | None = None,
+        command: str | None = None,
+    ):
         raws = sorted(raws, key=lambda r: r["rank"])
         if not raws:
             raise ValueError("no rank wrote a recording: the script did not start")
@@ -70,8 +77,10 @@ class Report:
         d["fit"] = _fit(d["memory"], cap)
         d["collectives"] = _collectives(raws)
         prec = raws[0].get("fp32_precision", "highest")
-        d["estimates"] = [_estimate.estimate(raws, c, lnc if lnc in hw.CHIPS[c].lnc_allowed else hw.CHIPS[c].lnc_default,
-                                             prec) for c in _CHIPS_ESTIMATED]
+        d["estimates"] = [
+            _estimate.estimate(raws, c, lnc if lnc in hw.CHIPS[c].lnc_allowed else hw.CHIPS[c].lnc_default, prec)
+            for c in _CHIPS_ESTIMATED
+        ]
         d["assumptions"] = list(_estimate.ASSUMPTIONS)
         d["verdict"] = _verdict(d)
         self.data = d
@@ -90,123 +99,236 @@ class Report:
     def summary(self) -> str:
         d = self.data
         lines = [f"torch-neuronx readiness: {d['verdict']}"]
-        lines.append(f"  target           {d['instance_type']}, LNC={d['lnc']}, {d['ranks']} rank(s), "
-                     f"{d['steps']} optimizer step(s) seen")
+        lines.append(
+            f"  target           {d['instance_type']}, LNC={d['lnc']}, {d['ranks']} rank(s), "
+            f"{d['steps']} optimizer step(s) seen"
+        )
         n_calls = sum(f["count"] for f in d["fallbacks"])
         lines.append(f"  CPU fallbacks    {len(d['fallbacks'])} op(s), {n_calls} call(s)")
         for f in d["fallbacks"][:5]:
             lines.append(f"    - {f['op']} [{f['dtype']}] x{f['count']} at {next(iter(f['sites']))}")
         c = d["compile"]
         if c["graphs"] or c["graph_breaks"]:
-            lines.append(f"  torch.compile    {len(c['graphs'])} graph(s), {c['graph_break_total']} graph break(s), "
-                         f"{len(c['recompilations'])} recompilation(s), {len(c['fallbacks'])} eager fallback(s)")
+            lines.append(
+                f"  torch.compile    {len(c['graphs'])} graph(s), {c['graph_break_total']} graph break(s), "
+                f"{len(c['recompilations'])} recompilation(s), {len(c['fallbacks'])} eager fallback(s)"
+            )
             for b in c["graph_breaks"][:5]:
                 lines.append(f"    - break at {b['site']}: {b['reason'].splitlines()[0][:100]}")
         for m in d["memory"]:
-            lines.append(f"  memory {m['label']:<9} peak {_fmt_bytes(m['peak_allocated'])} allocated, "
-                         f"{_fmt_bytes(m['peak_reserved'])} reserved of {_fmt_bytes(d['capacity_per_core'])}")
+            lines.append(
+                f"  memory {m['label']:<9} peak {_fmt_bytes(m['peak_allocated'])} allocated, "
+                f"{_fmt_bytes(m['peak_reserved'])} reserved of {_fmt_bytes(d['capacity_per_core'])}"
+            )
         for e in d["estimates"]:
             unit = "per step" if e["per_step"] else "whole run"
-            lines.append(f"  est. {e['chip']} LNC={e['lnc']}  {_fmt_s(e['step_seconds'])} {unit}; "
-                         f"dominated by {e['dominant']} ({e['term_shares'][e['dominant']]:.0%})")
+            lines.append(
+                f"  est. {e['chip']} LNC={e['lnc']}  {_fmt_s(e['step_seconds'])} {unit}; "
+                f"dominated by {e['dominant']} ({e['term_shares'][e['dominant']]:.0%})"
+            )
         return "\n".join(lines)
 
     def _sections(self) -> list:
         """[(title, text, headers, rows)]: the one layout Markdown and HTML render."""
         d = self.data
         out = []
-        intro = (f"Verdict: **{d['verdict']}**\n\nTarget {d['instance_type']} at LNC={d['lnc']} "
-                 f"({_fmt_bytes(d['capacity_per_core'])} HBM per logical core"
-                 f"{', capacity set by the user' if d['capacity_is_override'] else ''}); "
-                 f"{d['ranks']} rank(s); {d['steps']} optimizer step(s) seen; "
-                 f"{d['wall_seconds']:.1f} s on the simulator.")
+        intro = (
+            f"Verdict: **{d['verdict']}**\n\nTarget {d['instance_type']} at LNC={d['lnc']} "
+            f"({_fmt_bytes(d['capacity_per_core'])} HBM per logical core"
+            f"{', capacity set by the user' if d['capacity_is_override'] else ''}); "
+            f"{d['ranks']} rank(s); {d['steps']} optimizer step(s) seen; "
+            f"{d['wall_seconds']:.1f} s on the simulator."
+        )
         if d["command"]:
             intro += f"\n\nCommand: `{d['command']}`"
         for rank, err in d["errors"].items():
             intro += f"\n\nRank {rank} stopped with: `{err.splitlines()[0][:300]}`"
         for rank, errs in d["collector_errors"].items():
-            intro += (f"\n\nRank {rank}: {sum(errs.values())} op call(s) could not be recorded and are missing "
-                      f"from this report, e.g. `{next(iter(errs))[:300]}`")
+            intro += (
+                f"\n\nRank {rank}: {sum(errs.values())} op call(s) could not be recorded and are missing "
+                f"from this report, e.g. `{next(iter(errs))[:300]}`"
+            )
         out.append(("Summary", intro, None, None))
 
-        rows = [[f["op"], f["dtype"], f["count"], f["reason"],
-                 "<br>".join(f"{s} (x{n})" for s, n in list(f["sites"].items())[:5])] for f in d["fallbacks"]]
-        out.append(("Ops that would not be native on Trainium",
-                    "None: every op the script ran on `neuron` has a Trainium lowering." if not rows else
-                    "They run on the host CPU on Trainium, with a device-host round trip per call.",
-                    ["op", "dtype", "calls", "reason", "issued at"], rows))
+        rows = [
+            [
+                f["op"],
+                f["dtype"],
+                f["count"],
+                f["reason"],
+                "<br>".join(f"{s} (x{n})" for s, n in list(f["sites"].items())[:5]),
+            ]
+            for f in d["fallbacks"]
+        ]
+        out.append(
+            (
+                "Ops that would not be native on Trainium",
+                "None: every op the script ran on `neuron` has a Trainium lowering."
+                if not rows
+                else "They run on the host CPU on Trainium, with a device-host round trip per call.",
+                ["op", "dtype", "calls", "reason", "issued at"],
+                rows,
+            )
+        )
 
         c = d["compile"]
-        text = (f"{len(c['graphs'])} graph(s) compiled by backend \"neuron\", {c['graph_break_total']} graph "
-                f"break(s), {len(c['recompilations'])} recompilation(s), {len(c['fallbacks'])} graph(s) "
-                f"run eagerly after a compile error.")
+        text = (
+            f"{len(c['graphs'])} graph(s) compiled by backend \"neuron\", {c['graph_break_total']} graph "
+            f"break(s), {len(c['recompilations'])} recompilation(s), {len(c['fallbacks'])} graph(s) "
+            f"run eagerly after a compile error."
+        )
         if c["dynamic_shapes"]:
-            text += (f" Dynamic shapes found in {len(c['dynamic_shapes'])} graph(s): each new shape is "
-                     "compiled separately on Neuron (pad inputs to a few fixed sizes).")
+            text += (
+                f" Dynamic shapes found in {len(c['dynamic_shapes'])} graph(s): each new shape is "
+                "compiled separately on Neuron (pad inputs to a few fixed sizes)."
+            )
         if c["recompiles_every_step"]:
             text += " Recompiles in every step after the first."
         if not c["graphs"] and not c["graph_breaks"]:
             text = "torch.compile was not used."
         out.append(("torch.compile", text, None, None))
         if c["graph_breaks"]:
-            out.append(("Graph breaks", None, ["reason", "where", "count"],
-                        [[b["reason"].splitlines()[0][:200], b["site"], b["count"]] for b in c["graph_breaks"]]))
+            out.append(
+                (
+                    "Graph breaks",
+                    None,
+                    ["reason", "where", "count"],
+                    [[b["reason"].splitlines()[0][:200], b["site"], b["count"]] for b in c["graph_breaks"]],
+                )
+            )
         if c["recompilations"]:
-            out.append(("Recompilations", None, ["graph", "reason", "shapes"],
-                        [[r["graph"], r["reason"].splitlines()[0][:200], str(r["shapes"])[:200]]
-                         for r in c["recompilations"]]))
+            out.append(
+                (
+                    "Recompilations",
+                    None,
+                    ["graph", "reason", "shapes"],
+                    [
+                        [r["graph"], r["reason"].splitlines()[0][:200], str(r["shapes"])[:200]]
+                        for r in c["recompilations"]
+                    ],
+                )
+            )
         if c["fallbacks"]:
-            out.append(("Graphs run eagerly", None, ["graph", "error"],
-                        [[f["graph"], f["error"].splitlines()[0][:200]] for f in c["fallbacks"]]))
+            out.append(
+                (
+                    "Graphs run eagerly",
+                    None,
+                    ["graph", "error"],
+                    [[f["graph"], f["error"].splitlines()[0][:200]] for f in c["fallbacks"]],
+                )
+            )
 
-        rows = [[m["label"], _fmt_bytes(m["peak_allocated"]), _fmt_bytes(m["peak_reserved"]),
-                 _fmt_bytes(d["capacity_per_core"]), f"{m['peak_allocated'] / d['capacity_per_core']:.1%}",
-                 "yes" if m["fits"] else "NO"] for m in d["memory"]]
-        out.append(("Memory per logical NeuronCore", None,
-                    ["core", "peak allocated", "peak reserved", "capacity", "allocated/capacity", "fits"], rows))
+        rows = [
+            [
+                m["label"],
+                _fmt_bytes(m["peak_allocated"]),
+                _fmt_bytes(m["peak_reserved"]),
+                _fmt_bytes(d["capacity_per_core"]),
+                f"{m['peak_allocated'] / d['capacity_per_core']:.1%}",
+                "yes" if m["fits"] else "NO",
+            ]
+            for m in d["memory"]
+        ]
+        out.append(
+            (
+                "Memory per logical NeuronCore",
+                None,
+                ["core", "peak allocated", "peak reserved", "capacity", "allocated/capacity", "fits"],
+                rows,
+            )
+        )
         for m in d["memory"]:
             if m["top_tensors"]:
-                out.append((f"Largest live tensors at the peak, {m['label']}",
-                            f"Sampled at {_fmt_bytes(m['top_tensors_at'])} allocated "
-                            f"(peak {_fmt_bytes(m['peak_allocated'])}).",
-                            ["bytes", "shape", "dtype", "made by"],
-                            [[_fmt_bytes(t["bytes"]), str(tuple(t["shape"])), t["dtype"], t["op"]]
-                             for t in m["top_tensors"]]))
-        out.append(("Would it fit elsewhere", "Same per-core memory (same sharding) on each configuration.",
-                    ["chip", "LNC", "HBM per logical core", "fits"],
-                    [[f["chip"], f["lnc"], _fmt_bytes(f["capacity"]), f["fits"]] for f in d["fit"]]))
+                out.append(
+                    (
+                        f"Largest live tensors at the peak, {m['label']}",
+                        f"Sampled at {_fmt_bytes(m['top_tensors_at'])} allocated "
+                        f"(peak {_fmt_bytes(m['peak_allocated'])}).",
+                        ["bytes", "shape", "dtype", "made by"],
+                        [
+                            [_fmt_bytes(t["bytes"]), str(tuple(t["shape"])), t["dtype"], t["op"]]
+                            for t in m["top_tensors"]
+                        ],
+                    )
+                )
+        out.append(
+            (
+                "Would it fit elsewhere",
+                "Same per-core memory (same sharding) on each configuration.",
+                ["chip", "LNC", "HBM per logical core", "fits"],
+                [[f["chip"], f["lnc"], _fmt_bytes(f["capacity"]), f["fits"]] for f in d["fit"]],
+            )
+        )
 
-        rows = [[k["kind"], k["dtype"], _fmt_bytes(k["bytes"]), k["group_size"], f"{k['calls_per_step']:g}"]
-                for k in d["collectives"]]
-        scope = "Per step after the first (the first also sets up)." if d["steps"] >= 2 else (
-            "Per step." if d["steps"] else "The whole run (no optimizer step seen).")
-        out.append(("Collectives per step", "None." if not rows else scope,
-                    ["kind", "dtype", "bytes", "group size", "calls per step"], rows or None))
+        rows = [
+            [k["kind"], k["dtype"], _fmt_bytes(k["bytes"]), k["group_size"], f"{k['calls_per_step']:g}"]
+            for k in d["collectives"]
+        ]
+        scope = (
+            "Per step after the first (the first also sets up)."
+            if d["steps"] >= 2
+            else ("Per step." if d["steps"] else "The whole run (no optimizer step seen).")
+        )
+        out.append(
+            (
+                "Collectives per step",
+                "None." if not rows else scope,
+                ["kind", "dtype", "bytes", "group size", "calls per step"],
+                rows or None,
+            )
+        )
 
         rows = []
         for e in d["estimates"]:
             shares = ", ".join(f"{k} {v:.0%}" for k, v in e["term_shares"].items() if v >= 0.005)
             rows.append([e["chip"], e["lnc"], _fmt_s(e["step_seconds"]), e["dominant"], shares])
         scope = "median optimizer step" if d["estimates"][0]["per_step"] else "whole run (no optimizer step seen)"
-        out.append(("Estimated time on Trainium", f"Per {scope}, slowest rank.",
-                    ["chip", "LNC", "time", "dominated by", "terms"], rows))
+        out.append(
+            (
+                "Estimated time on Trainium",
+                f"Per {scope}, slowest rank.",
+                ["chip", "LNC", "time", "dominated by", "terms"],
+                rows,
+            )
+        )
         ests = d["estimates"]
         keyed = [{(o["op"], o["dtype"]): o for o in e["ops"]} for e in ests]
         rows = []
         for o in ests[0]["ops"][:20]:
             k = (o["op"], o["dtype"])
-            rows.append([o["op"], o["dtype"], o["count"], f"{o['flops']:.3g}", _fmt_bytes(o["bytes"])]
-                        + [_fmt_s(kd[k]["seconds"]) if k in kd else "-" for kd in keyed]
-                        + ["compute" if o["compute_bound_calls"] * 2 >= o["count"] else
-                           ("fixed" if o["fixed_seconds"] * 2 >= o["seconds"] else "memory")])
-        out.append(("Per-op breakdown", f"Top {len(rows)} ops by estimated time on {ests[0]['chip']}.",
-                    ["op", "dtype", "calls", "FLOPs", "bytes"] + [f"{e['chip']}" for e in ests] + ["bound"], rows))
+            rows.append(
+                [o["op"], o["dtype"], o["count"], f"{o['flops']:.3g}", _fmt_bytes(o["bytes"])]
+                + [_fmt_s(kd[k]["seconds"]) if k in kd else "-" for kd in keyed]
+                + [
+                    "compute"
+                    if o["compute_bound_calls"] * 2 >= o["count"]
+                    else ("fixed" if o["fixed_seconds"] * 2 >= o["seconds"] else "memory")
+                ]
+            )
+        out.append(
+            (
+                "Per-op breakdown",
+                f"Top {len(rows)} ops by estimated time on {ests[0]['chip']}.",
+                ["op", "dtype", "calls", "FLOPs", "bytes"] + [f"{e['chip']}" for e in ests] + ["bound"],
+                rows,
+            )
+        )
         fig = ests[0]["figures"]
-        figs = ", ".join(f"{e['chip']}: Tensor Engine {e['figures']['tensor_flops']['bfloat16'] / 1e12:.0f} TFLOPS bf16, "
-                         f"memory {e['figures']['memory_bytes_per_s'] / 1e9:.0f} GB/s, NeuronLink share "
-                         f"{e['figures']['link_bytes_per_s'] / 1e9:.0f} GB/s per core" for e in ests)
-        out.append(("Model assumptions", f"Per logical core ({figs}); DMA fixed cost {fig['dma_fixed_s'] * 1e6:.1f} us.\n\n"
-                    + "\n".join(f"- {a}" for a in d["assumptions"]), None, None))
+        figs = ", ".join(
+            f"{e['chip']}: Tensor Engine {e['figures']['tensor_flops']['bfloat16'] / 1e12:.0f} TFLOPS bf16, "
+            f"memory {e['figures']['memory_bytes_per_s'] / 1e9:.0f} GB/s, NeuronLink share "
+            f"{e['figures']['link_bytes_per_s'] / 1e9:.0f} GB/s per core"
+            for e in ests
+        )
+        out.append(
+            (
+                "Model assumptions",
+                f"Per logical core ({figs}); DMA fixed cost {fig['dma_fixed_s'] * 1e6:.1f} us.\n\n"
+                + "\n".join(f"- {a}" for a in d["assumptions"]),
+                None,
+                None,
+            )
+        )
         return out
 
     def to_markdown(self, images: dict | None = None) -> str:
@@ -229,10 +351,12 @@ class Report:
     def to_html(self, pngs: dict | None = None) -> str:
         """One self-contained HTML page; `pngs` maps a caption to PNG bytes (embedded)."""
         e = html.escape
-        parts = ["<!doctype html><html><head><meta charset='utf-8'><title>torch-neuronx readiness report</title>",
-                 "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}"
-                 "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px;text-align:left}</style></head><body>",
-                 "<h1>torch-neuronx readiness report</h1>"]
+        parts = [
+            "<!doctype html><html><head><meta charset='utf-8'><title>torch-neuronx readiness report</title>",
+            "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}"
+            "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px;text-align:left}</style></head><body>",
+            "<h1>torch-neuronx readiness report</h1>",
+        ]
         for title, text, headers, rows in self._sections():
             parts.append(f"<h2>{e(title)}</h2>")
             if text:
@@ -245,12 +369,15 @@ class Report:
             if headers and rows:
                 parts.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in headers) + "</tr>")
                 for r in rows:
-                    parts.append("<tr>" + "".join(f"<td>{e(str(x)).replace('&lt;br&gt;', '<br>')}</td>" for x in r)
-                                 + "</tr>")
+                    parts.append(
+                        "<tr>" + "".join(f"<td>{e(str(x)).replace('&lt;br&gt;', '<br>')}</td>" for x in r) + "</tr>"
+                    )
                 parts.append("</table>")
         for caption, png in (pngs or {}).items():
-            parts.append(f"<h2>{e(caption)}</h2><img alt='{e(caption)}' "
-                         f"src='data:image/png;base64,{base64.b64encode(png).decode()}'>")
+            parts.append(
+                f"<h2>{e(caption)}</h2><img alt='{e(caption)}' "
+                f"src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
+            )
         parts.append("</body></html>")
         return "\n".join(parts)
 
@@ -293,9 +420,10 @@ def _merge_fallbacks(raws) -> list:
     merged: dict = {}
     for r in raws:
         for f in r["fallbacks"]:
-            e = merged.setdefault((f["op"], f["dtype"], f["reason"]),
-                                  {"op": f["op"], "dtype": f["dtype"], "reason": f["reason"], "count": 0,
-                                   "sites": collections.Counter()})
+            e = merged.setdefault(
+                (f["op"], f["dtype"], f["reason"]),
+                {"op": f["op"], "dtype": f["dtype"], "reason": f["reason"], "count": 0, "sites": collections.Counter()},
+            )
             e["count"] += f["count"]
             e["sites"].update(f["sites"])
     out = sorted(merged.values(), key=lambda e: -e["count"])
@@ -360,7 +488,7 @@ def _fit(memory, cap) -> list:
 def _collectives(raws) -> list:
     r = raws[0]
     # The steady state: steps after the first (which also holds setup, e.g. DDP's broadcasts).
-    buckets = r["collectives"][1: r["steps"]] if r["steps"] >= 2 else r["collectives"][: max(r["steps"], 1)]
+    buckets = r["collectives"][1 : r["steps"]] if r["steps"] >= 2 else r["collectives"][: max(r["steps"], 1)]
     if not r["steps"]:
         buckets = r["collectives"]
     n = max(len(buckets), 1) if r["steps"] else 1
@@ -368,8 +496,10 @@ def _collectives(raws) -> list:
     for b in buckets:
         for kind, dtype, nbytes, size, count in b:
             total[(kind, dtype, nbytes, size)] += count
-    return [{"kind": k, "dtype": d, "bytes": b, "group_size": s, "calls_per_step": c / n}
-            for (k, d, b, s), c in sorted(total.items(), key=lambda kv: -kv[0][2] * kv[1])]
+    return [
+        {"kind": k, "dtype": d, "bytes": b, "group_size": s, "calls_per_step": c / n}
+        for (k, d, b, s), c in sorted(total.items(), key=lambda kv: -kv[0][2] * kv[1])
+    ]
 
 
 def _verdict(d) -> str:
@@ -381,11 +511,15 @@ def _verdict(d) -> str:
     if not all(m["fits"] for m in d["memory"]):
         worst = max(d["memory"], key=lambda m: (m["oom"], m["peak_allocated"]))
         why = "ran out of memory" if worst["oom"] else f"peak {_fmt_bytes(worst['peak_allocated'])} allocated"
-        problems.append(f"will not fit: {why} on {worst['label']}, capacity "
-                        f"{_fmt_bytes(d['capacity_per_core'])} per core on {d['instance_type']} at LNC={d['lnc']}")
+        problems.append(
+            f"will not fit: {why} on {worst['label']}, capacity "
+            f"{_fmt_bytes(d['capacity_per_core'])} per core on {d['instance_type']} at LNC={d['lnc']}"
+        )
     if d["compile"]["recompiles_every_step"]:
         problems.append("recompiles every step")
     if d["fallbacks"]:
-        problems.append(f"runs with {len(d['fallbacks'])} fallback{'s' if len(d['fallbacks']) > 1 else ''} "
-                        f"({sum(f['count'] for f in d['fallbacks'])} calls on CPU)")
+        problems.append(
+            f"runs with {len(d['fallbacks'])} fallback{'s' if len(d['fallbacks']) > 1 else ''} "
+            f"({sum(f['count'] for f in d['fallbacks'])} calls on CPU)"
+        )
     return "; ".join(problems) if problems else "runs natively"

@@ -11,6 +11,7 @@ logits with CPU eager::
 Architectures whose tiny config cannot be built or that fail on CPU itself are
 listed as skipped and not counted.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,49 +35,147 @@ COMPILED_ATOL = 1e-3
 
 # Scalar fields shrunk generically (only when the default is a larger int).
 _SHRINK = {
-    "vocab_size": VOCAB, "hidden_size": 64, "d_model": 64, "n_embd": 64, "emb_dim": 64,
-    "embedding_dim": 64, "embedding_size": 64, "d_inner": 64, "d_head": 16,
-    "intermediate_size": 64, "ffn_dim": 64, "n_inner": 64, "decoder_ffn_dim": 64,
-    "encoder_ffn_dim": 64, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
-    "shared_intermediate_size": 32, "shared_experts_intermediate_size": 32,
-    "moe_shared_expert_intermediate_size": 32, "dense_intermediate_size": 64,
-    "prefix_dense_intermediate_size": 64, "expert_ffn_hidden_size": 32, "intermediate_size_mlp": 64,
-    "ffn_hidden_size": 64, "feed_forward_size": 64, "dim_ff": 64, "dff": 64,
-    "num_hidden_layers": 2, "n_layer": 2, "num_layers": 2, "n_layers": 2, "decoder_layers": 2,
-    "encoder_layers": 2, "num_decoder_layers": 2, "num_encoder_layers": 2, "num_blocks": 2,
-    "num_attention_heads": 4, "n_head": 4, "n_heads": 4, "num_heads": 4, "attention_heads": 4,
-    "decoder_attention_heads": 4, "encoder_attention_heads": 4,
-    "num_decoder_attention_heads": 4, "num_encoder_attention_heads": 4,
-    "num_key_value_heads": 2, "num_kv_heads": 2, "head_dim": 16, "dim_head": 16,
-    "attention_head_size": 16, "attention_head_dim": 16, "kv_channels": 16,
-    "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "moe_num_experts": 4,
-    "num_experts_per_tok": 2, "moe_topk": 2, "moe_k": 2, "top_k_experts": 2,
-    "n_shared_experts": 1, "num_shared_experts": 1, "moe_num_shared_experts": 1,
-    "n_group": 1, "topk_group": 1,
-    "max_position_embeddings": 128, "n_positions": 128, "n_ctx": 128,
-    "max_target_positions": 128, "max_source_positions": 128,
-    "kv_lora_rank": 16, "q_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8,
-    "v_head_dim": 16, "qk_head_dim": 16, "o_lora_rank": 16,
-    "index_n_heads": 2, "index_head_dim": 16, "index_topk": 16, "indexer_n_heads": 2,
+    "vocab_size": VOCAB,
+    "hidden_size": 64,
+    "d_model": 64,
+    "n_embd": 64,
+    "emb_dim": 64,
+    "embedding_dim": 64,
+    "embedding_size": 64,
+    "d_inner": 64,
+    "d_head": 16,
+    "intermediate_size": 64,
+    "ffn_dim": 64,
+    "n_inner": 64,
+    "decoder_ffn_dim": 64,
+    "encoder_ffn_dim": 64,
+    "moe_intermediate_size": 32,
+    "shared_expert_intermediate_size": 32,
+    "shared_intermediate_size": 32,
+    "shared_experts_intermediate_size": 32,
+    "moe_shared_expert_intermediate_size": 32,
+    "dense_intermediate_size": 64,
+    "prefix_dense_intermediate_size": 64,
+    "expert_ffn_hidden_size": 32,
+    "intermediate_size_mlp": 64,
+    "ffn_hidden_size": 64,
+    "feed_forward_size": 64,
+    "dim_ff": 64,
+    "dff": 64,
+    "num_hidden_layers": 2,
+    "n_layer": 2,
+    "num_layers": 2,
+    "n_layers": 2,
+    "decoder_layers": 2,
+    "encoder_layers": 2,
+    "num_decoder_layers": 2,
+    "num_encoder_layers": 2,
+    "num_blocks": 2,
+    "num_attention_heads": 4,
+    "n_head": 4,
+    "n_heads": 4,
+    "num_heads": 4,
+    "attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "encoder_attention_heads": 4,
+    "num_decoder_attention_heads": 4,
+    "num_encoder_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_kv_heads": 2,
+    "head_dim": 16,
+    "dim_head": 16,
+    "attention_head_size": 16,
+    "attention_head_dim": 16,
+    "kv_channels": 16,
+    "num_experts": 4,
+    "num_local_experts": 4,
+    "n_routed_experts": 4,
+    "moe_num_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_topk": 2,
+    "moe_k": 2,
+    "top_k_experts": 2,
+    "n_shared_experts": 1,
+    "num_shared_experts": 1,
+    "moe_num_shared_experts": 1,
+    "n_group": 1,
+    "topk_group": 1,
+    "max_position_embeddings": 128,
+    "n_positions": 128,
+    "n_ctx": 128,
+    "max_target_positions": 128,
+    "max_source_positions": 128,
+    "kv_lora_rank": 16,
+    "q_lora_rank": 32,
+    "qk_rope_head_dim": 8,
+    "qk_nope_head_dim": 8,
+    "v_head_dim": 16,
+    "qk_head_dim": 16,
+    "o_lora_rank": 16,
+    "index_n_heads": 2,
+    "index_head_dim": 16,
+    "index_topk": 16,
+    "indexer_n_heads": 2,
     "indexer_head_dim": 16,
-    "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
-    "linear_value_head_dim": 16, "linear_head_dim": 16, "linear_num_heads": 4,
-    "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_num_heads": 4, "mamba_head_dim": 16,
-    "mamba_d_state": 16, "ssm_state_size": 16, "state_size": 16, "mamba_n_groups": 1,
-    "n_groups": 1, "mamba_ngroups": 1, "mamba_chunk_size": 16, "chunk_size": 16,
-    "time_step_rank": 8, "mamba_dt_rank": 8, "mamba_d_ssm": 64,
-    "lru_width": 64, "attention_window_size": 16, "sliding_window": 16, "sliding_window_size": 16,
-    "attention_hidden_size": 64, "router_hidden_size": 32,
-    "laurel_rank": 8, "hidden_size_per_layer_input": 16, "vocab_size_per_layer_input": VOCAB,
-    "num_kv_shared_layers": 0, "first_k_dense_replace": 1, "num_dense_layers": 1,
-    "num_mtp_layers": 0, "num_nextn_predict_layers": 0,
-    "audio_vocab_size": 64, "num_codebooks": 2, "output_embedding_size": 64,
-    "input_embedding_size": 64, "word_embed_proj_dim": 64, "backbone_hidden_size": 64,
-    "pronunciation_vocab_size": 64, "shape_vocab_size": 64, "pronunciation_embed_dim": 16,
-    "shape_embed_dim": 16, "type_vocab_size": 2, "decoder_vocab_size": VOCAB,
-    "swa_num_attention_heads": 4, "swa_num_key_value_heads": 2, "swa_head_dim": 16,
-    "ple_embed_dim": 16, "hc_count": 2, "ngram_vocab_size_base": 64, "unpadded_vocab_size": VOCAB,
-    "rotary_dim": 8, "image_size": 32, "patch_size": 8, "num_mel_bins": 16, "mem_len": 0,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 16,
+    "linear_head_dim": 16,
+    "linear_num_heads": 4,
+    "mamba_n_heads": 4,
+    "mamba_d_head": 16,
+    "mamba_num_heads": 4,
+    "mamba_head_dim": 16,
+    "mamba_d_state": 16,
+    "ssm_state_size": 16,
+    "state_size": 16,
+    "mamba_n_groups": 1,
+    "n_groups": 1,
+    "mamba_ngroups": 1,
+    "mamba_chunk_size": 16,
+    "chunk_size": 16,
+    "time_step_rank": 8,
+    "mamba_dt_rank": 8,
+    "mamba_d_ssm": 64,
+    "lru_width": 64,
+    "attention_window_size": 16,
+    "sliding_window": 16,
+    "sliding_window_size": 16,
+    "attention_hidden_size": 64,
+    "router_hidden_size": 32,
+    "laurel_rank": 8,
+    "hidden_size_per_layer_input": 16,
+    "vocab_size_per_layer_input": VOCAB,
+    "num_kv_shared_layers": 0,
+    "first_k_dense_replace": 1,
+    "num_dense_layers": 1,
+    "num_mtp_layers": 0,
+    "num_nextn_predict_layers": 0,
+    "audio_vocab_size": 64,
+    "num_codebooks": 2,
+    "output_embedding_size": 64,
+    "input_embedding_size": 64,
+    "word_embed_proj_dim": 64,
+    "backbone_hidden_size": 64,
+    "pronunciation_vocab_size": 64,
+    "shape_vocab_size": 64,
+    "pronunciation_embed_dim": 16,
+    "shape_embed_dim": 16,
+    "type_vocab_size": 2,
+    "decoder_vocab_size": VOCAB,
+    "swa_num_attention_heads": 4,
+    "swa_num_key_value_heads": 2,
+    "swa_head_dim": 16,
+    "ple_embed_dim": 16,
+    "hc_count": 2,
+    "ngram_vocab_size_base": 64,
+    "unpadded_vocab_size": VOCAB,
+    "rotary_dim": 8,
+    "image_size": 32,
+    "patch_size": 8,
+    "num_mel_bins": 16,
+    "mem_len": 0,
 }
 
 # Per-layer lists: keep one layer of every distinct kind (hybrid models keep all their kinds).
@@ -87,18 +186,26 @@ _LAYER_COUNT_PATTERNS = {"layer_types", "layers_block_type", "block_types"}
 OVERRIDES: dict[str, dict] = {
     "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_hidden_layers": 2},
     "mamba2": {"head_dim": 32},
-    "zamba": {"num_hidden_layers": 4, "attn_layer_period": 2, "attn_layer_offset": 1,
-              "layers_block_type": ["linear_attention", "hybrid"] * 2},
-    "qwen4_exp_text": {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": 16,
-                       "indexer_budget": 16, "indexer_compress_ratio": 4},
+    "zamba": {
+        "num_hidden_layers": 4,
+        "attn_layer_period": 2,
+        "attn_layer_offset": 1,
+        "layers_block_type": ["linear_attention", "hybrid"] * 2,
+    },
+    "qwen4_exp_text": {
+        "indexer_n_heads": 2,
+        "indexer_kv_heads": 1,
+        "indexer_head_dim": 16,
+        "indexer_budget": 16,
+        "indexer_compress_ratio": 4,
+    },
     "dots1": {"n_routed_experts": 4, "n_shared_experts": 1},
     "bamba": {"mamba_d_head": 32, "attn_layer_indices": [1]},
     "granitemoehybrid": {"mamba_d_head": 32, "layer_types": ["linear_attention", "full_attention"]},
     "gpt_neo": {"attention_types": [[["global", "local"], 1]], "num_layers": 2},
     "gemma4_assistant": {"hidden_size_per_layer_input": 0},
     "reformer": {"is_decoder": True, "axial_pos_embds_dim": [16, 48], "axial_pos_shape": [8, 16]},
-    "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1, "expert_layer_period": 2,
-              "expert_layer_offset": 1},
+    "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1, "expert_layer_period": 2, "expert_layer_offset": 1},
     # MptConfig defaults to use_cache=False: generate would ignore the static cache
     "mpt": {"use_cache": True},
 }
@@ -161,8 +268,9 @@ def _tiny_kwargs(cfg_cls, default) -> dict:
             kw[name] = pat
             if name in _LAYER_COUNT_PATTERNS and "num_hidden_layers" in kw:
                 kw["num_hidden_layers"] = n_layers = max(n_layers, len(pat))
-        elif (name in _SHRINK and isinstance(value, list) and value
-              and all(isinstance(x, int) for x in value)):  # per-layer sizes
+        elif (
+            name in _SHRINK and isinstance(value, list) and value and all(isinstance(x, int) for x in value)
+        ):  # per-layer sizes
             kw[name] = [min(x, _SHRINK[name]) for x in value[:n_layers]]
         elif isinstance(value, list) and n_default and len(value) == n_default and n_layers < n_default:
             kw[name] = value[:n_layers]  # other per-layer lists
@@ -272,9 +380,16 @@ def _prompt(cfg):
 
 
 def _generate(model, ids, with_cache=False, **kw):
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
-                         min_new_tokens=NEW_TOKENS, do_sample=False, output_logits=True,
-                         return_dict_in_generate=True, **kw)
+    out = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=NEW_TOKENS,
+        min_new_tokens=NEW_TOKENS,
+        do_sample=False,
+        output_logits=True,
+        return_dict_in_generate=True,
+        **kw,
+    )
     logits = torch.stack([l.detach().float().cpu() for l in out.logits])
     if with_cache:
         return out.sequences.cpu(), logits, getattr(out, "past_key_values", None)
@@ -304,9 +419,17 @@ def run_architecture(model_type: str, compiled: bool = False, device: str = "neu
 
     Returns {"arch", "eager_equal", "eager_max_diff", "compiled_equal",
     "compiled_max_diff", "compiled_status", "error"}."""
-    res = {"arch": model_type, "cpu_ok": False, "eager_equal": None, "eager_max_diff": None,
-           "compiled_equal": None, "compiled_max_diff": None, "compiled_status": None,
-           "recompilations": None, "error": None}
+    res = {
+        "arch": model_type,
+        "cpu_ok": False,
+        "eager_equal": None,
+        "eager_max_diff": None,
+        "compiled_equal": None,
+        "compiled_max_diff": None,
+        "compiled_status": None,
+        "recompilations": None,
+        "error": None,
+    }
     try:
         cfg, cpu_model = build_model(model_type)
         ids = _prompt(cfg)
@@ -338,8 +461,9 @@ def _run_compiled(model, cpu_model, ids, ref_tokens, ref_logits, device, res):
     static-cache path itself changes the logits slightly (camembert: 8.6e-3 vs dynamic)."""
     try:
         with torch.no_grad():
-            ref_tokens, ref_logits, cache = _generate(cpu_model, ids, with_cache=True,
-                                                      cache_implementation="static", disable_compile=True)
+            ref_tokens, ref_logits, cache = _generate(
+                cpu_model, ids, with_cache=True, cache_implementation="static", disable_compile=True
+            )
     except Exception as e:  # noqa: BLE001 - the model has no static cache on CPU either
         res["compiled_status"] = "n/a: " + _short(e)
         return
@@ -375,8 +499,7 @@ def eager_ok(r: dict) -> bool:
 
 
 def compiled_ok(r: dict) -> bool:
-    return (r["compiled_status"] == "ok" and bool(r["compiled_equal"])
-            and r["compiled_max_diff"] <= COMPILED_ATOL)
+    return r["compiled_status"] == "ok" and bool(r["compiled_equal"]) and r["compiled_max_diff"] <= COMPILED_ATOL
 
 
 def _fmt(v):
@@ -420,24 +543,31 @@ def main(argv=None) -> int:
         comp = "-"
         if args.compiled:
             st = r["compiled_status"] or "-"
-            comp = (f"{_fmt(r['compiled_equal'])} {_fmt(r['compiled_max_diff'])}" if st in ("ok", "error")
-                    else "n/a")
+            comp = f"{_fmt(r['compiled_equal'])} {_fmt(r['compiled_max_diff'])}" if st in ("ok", "error") else "n/a"
         note = r["error"]
         if comp == "n/a" and not note:
-            note = r["compiled_status"][len("n/a: "):]  # the reason transformers has no compiled decode
-        print(f"{name:28} {'yes':4} {_fmt(r['eager_equal']):8} {_fmt(r['eager_max_diff']):8} {comp:16} "
-              f"{note or ''}", flush=True)
+            note = r["compiled_status"][len("n/a: ") :]  # the reason transformers has no compiled decode
+        print(
+            f"{name:28} {'yes':4} {_fmt(r['eager_equal']):8} {_fmt(r['eager_max_diff']):8} {comp:16} " f"{note or ''}",
+            flush=True,
+        )
     n = len(results)
     n_eager = sum(eager_ok(r) for r in results)
     print(f"\neager: {n_eager}/{n} architectures identical to CPU ({len(skipped)} skipped: fail on CPU)")
-    summary = {"transformers": transformers.__version__, "counted": n, "eager_ok": n_eager,
-               "skipped": skipped, "results": [{k: v for k, v in r.items() if k != "traceback"}
-                                               for r in results]}
+    summary = {
+        "transformers": transformers.__version__,
+        "counted": n,
+        "eager_ok": n_eager,
+        "skipped": skipped,
+        "results": [{k: v for k, v in r.items() if k != "traceback"} for r in results],
+    }
     if args.compiled:
         static = [r for r in results if r["compiled_status"] in ("ok", "error")]
         n_comp = sum(compiled_ok(r) for r in static)
-        print(f"static+compiled: {n_comp}/{len(static)} architectures with a static cache match CPU "
-              f"({n - len(static)} n/a: no static cache or no compiled decode in transformers, on CPU too)")
+        print(
+            f"static+compiled: {n_comp}/{len(static)} architectures with a static cache match CPU "
+            f"({n - len(static)} n/a: no static cache or no compiled decode in transformers, on CPU too)"
+        )
         summary.update(static_counted=len(static), compiled_ok=n_comp)
     if args.json:
         with open(args.json, "w") as f:

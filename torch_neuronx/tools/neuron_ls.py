@@ -18,6 +18,7 @@ Usage::
     neuron-ls --json     # JSON list of devices
     python -m torch_neuronx.tools.neuron_ls
 """
+
 from __future__ import annotations
 
 import argparse
@@ -130,10 +131,7 @@ COLUMNS = [
 def render_table(devices: list[dict]) -> str:
     """A plain-text table in the style of the AWS tool."""
     rows = [[fn(d) for _, _, fn in COLUMNS] for d in devices]
-    widths = [
-        max(len(h1), len(h2), *(len(r[i]) for r in rows)) + 2
-        for i, (h1, h2, _) in enumerate(COLUMNS)
-    ]
+    widths = [max(len(h1), len(h2), *(len(r[i]) for r in rows)) + 2 for i, (h1, h2, _) in enumerate(COLUMNS)]
     sep = "+" + "+".join("-" * w for w in widths) + "+"
 
     def line(cells, center):
@@ -202,9 +200,7 @@ def _main(argv, prog) -> int:
         print(f"neuron-ls: error: invalid Neuron configuration: {e}", file=sys.stderr)
         return 1
     if args.json:
-        devices = [
-            dict(d, instance_type=data["instance_type"], simulated=True) for d in data["devices"]
-        ]
+        devices = [dict(d, instance_type=data["instance_type"], simulated=True) for d in data["devices"]]
         print(json.dumps(devices, indent=2))
     else:
         print(render(data))

@@ -1,6 +1,7 @@
 """`accelerate launch` training script (MULTI_NEURON): DDP through accelerate on
 neuron, losses checked against a single-process run of the same global batches; then
 Accelerate's gather family on tensors of 1 to 3 dimensions."""
+
 import os
 import sys
 
@@ -25,8 +26,9 @@ def _check_gather_family(acc, world):
         return (torch.arange(n) + 100 * rank).to(dtype).view(shape)
 
     def every(*shape, dtype=torch.float32):
-        return torch.cat([(torch.arange(torch.Size(shape).numel()) + 100 * r).to(dtype).view(shape)
-                          for r in range(world)])
+        return torch.cat(
+            [(torch.arange(torch.Size(shape).numel()) + 100 * r).to(dtype).view(shape) for r in range(world)]
+        )
 
     for shape, dtype in [((1, 2), torch.float32), ((2, 3), torch.int64), ((2, 3, 4), torch.bfloat16)]:
         got = acc.gather(mine(*shape, dtype=dtype).to(acc.device))
@@ -41,14 +43,14 @@ def _check_gather_family(acc, world):
     padded = acc.pad_across_processes(ragged, dim=1, pad_index=-1)
     assert padded.shape == (2, world), padded.shape
     exp = torch.full((2, world), -1.0)
-    exp[:, :rank + 1] = mine(2, rank + 1)
+    exp[:, : rank + 1] = mine(2, rank + 1)
     assert torch.equal(padded.cpu(), exp), padded
     got = acc.gather(acc.pad_across_processes(ragged, dim=1, pad_index=-1, pad_first=True))
     assert got.shape == (2 * world, world), got.shape
     for r in range(world):
-        row = got[2 * r:2 * r + 2].cpu()
-        assert torch.equal(row[:, :world - r - 1], torch.full((2, world - r - 1), -1.0)), row
-        assert torch.equal(row[:, world - r - 1:], (torch.arange(2. * (r + 1)) + 100 * r).view(2, r + 1)), row
+        row = got[2 * r : 2 * r + 2].cpu()
+        assert torch.equal(row[:, : world - r - 1], torch.full((2, world - r - 1), -1.0)), row
+        assert torch.equal(row[:, world - r - 1 :], (torch.arange(2.0 * (r + 1)) + 100 * r).view(2, r + 1)), row
 
 
 def main():

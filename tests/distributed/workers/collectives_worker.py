@@ -2,6 +2,7 @@
 
 Run under torchrun (any world size >= 2); prints "CHECKS PASSED <n>" on success.
 """
+
 import datetime
 import os
 import sys
@@ -44,15 +45,19 @@ def main():
     # NEURON_TEST_BIND_DEVICE=1: init_process_group(device_id=...), so that
     # subgroups are created by splitting the default group.
     bind = os.environ.get("NEURON_TEST_BIND_DEVICE") == "1"
-    dist.init_process_group("neuron", timeout=datetime.timedelta(seconds=60),
-                            device_id=torch.device("neuron", local_rank) if bind else None)
+    dist.init_process_group(
+        "neuron", timeout=datetime.timedelta(seconds=60), device_id=torch.device("neuron", local_rank) if bind else None
+    )
     rank, world = dist.get_rank(), dist.get_world_size()
     dev = torch.device("neuron", local_rank)
     pg = dist.group.WORLD
     check(dist.get_backend() == "neuron", "backend name")
     # One gloo instance serves both device types.
-    check(pg._get_backend(torch.device("cpu")) is pg._get_backend(dev) or
-          pg._get_backend(torch.device("cpu")).name() == "gloo", "cpu backend is gloo")
+    check(
+        pg._get_backend(torch.device("cpu")) is pg._get_backend(dev)
+        or pg._get_backend(torch.device("cpu")).name() == "gloo",
+        "cpu backend is gloo",
+    )
 
     # Process model: each rank sees its own logical core and its HBM; the
     # simulated instance is the same for all ranks of the node.
@@ -84,8 +89,11 @@ def main():
         dist.all_reduce(x, op=ReduceOp.PRODUCT)
         eq(x, torch.tensor([float(torch.arange(1, world + 1).prod()), 1.0]), f"all_reduce PRODUCT {dtype}")
     for dtype in INTS:
-        for op, fn in [(ReduceOp.BAND, lambda a, b: a & b), (ReduceOp.BOR, lambda a, b: a | b),
-                       (ReduceOp.BXOR, lambda a, b: a ^ b)]:
+        for op, fn in [
+            (ReduceOp.BAND, lambda a, b: a & b),
+            (ReduceOp.BOR, lambda a, b: a | b),
+            (ReduceOp.BXOR, lambda a, b: a ^ b),
+        ]:
             vals = [(r * 5 + 3) & 0x7F for r in range(world)]
             x = t([vals[rank]], dtype)
             dist.all_reduce(x, op=op)
@@ -137,11 +145,17 @@ def main():
         ptr = out.data_ptr()
         dist.all_gather_into_tensor(out, x)
         if dtype != torch.bool:
-            eq(out, torch.stack([torch.tensor([r, r + 10]) for r in range(world)]).flatten(), f"all_gather_into_tensor {dtype}")
+            eq(
+                out,
+                torch.stack([torch.tensor([r, r + 10]) for r in range(world)]).flatten(),
+                f"all_gather_into_tensor {dtype}",
+            )
         check(out.data_ptr() == ptr, "all_gather_into_tensor writes in place")
     outs = [torch.empty(world * 3, device=dev), torch.empty(world, dtype=torch.int64, device=dev)]
     # coalesced: the ProcessGroup API (what _coalescing_manager's fast path calls)
-    pg.allgather_into_tensor_coalesced(outs, [torch.full((3,), float(rank), device=dev), t([rank * 7], torch.int64)]).wait()
+    pg.allgather_into_tensor_coalesced(
+        outs, [torch.full((3,), float(rank), device=dev), t([rank * 7], torch.int64)]
+    ).wait()
     eq(outs[0], ranks.repeat_interleave(3), "coalesced all_gather_into_tensor [0]")
     eq(outs[1], (ranks * 7).long(), "coalesced all_gather_into_tensor [1]")
 
@@ -155,7 +169,7 @@ def main():
         before = inp.cpu().clone()
         out = torch.empty(2, dtype=dtype, device=dev)
         dist.reduce_scatter_tensor(out, inp)
-        exp = (torch.arange(world * 2, dtype=torch.float64) * world + ranks.sum())[rank * 2: rank * 2 + 2]
+        exp = (torch.arange(world * 2, dtype=torch.float64) * world + ranks.sum())[rank * 2 : rank * 2 + 2]
         eq(out, exp, f"reduce_scatter_tensor {dtype}")
         if dtype in FLOATS:
             dist.reduce_scatter_tensor(out, inp, op=ReduceOp.AVG)
@@ -262,11 +276,19 @@ def main():
         inp = torch.cat(ins)
         out = torch.empty(sum(out_splits), dtype=dtype, device=dev)
         dist.all_to_all_single(out, inp, out_splits, in_splits)
-        eq(out, torch.cat([torch.full((s + rank + 1,), 100 * s + rank) for s in range(world)]), f"all_to_all_single uneven {dtype}")
+        eq(
+            out,
+            torch.cat([torch.full((s + rank + 1,), 100 * s + rank) for s in range(world)]),
+            f"all_to_all_single uneven {dtype}",
+        )
         inp = torch.arange(world * 2, device=dev).to(dtype) + 100 * rank
         out = torch.empty(world * 2, dtype=dtype, device=dev)
         dist.all_to_all_single(out, inp)
-        eq(out, torch.cat([torch.arange(rank * 2, rank * 2 + 2) + 100 * s for s in range(world)]), f"all_to_all_single {dtype}")
+        eq(
+            out,
+            torch.cat([torch.arange(rank * 2, rank * 2 + 2) + 100 * s for s in range(world)]),
+            f"all_to_all_single {dtype}",
+        )
 
     # ---- point to point: send/recv, isend/irecv, batch_isend_irecv, any source
     nxt, prv = (rank + 1) % world, (rank - 1) % world
@@ -286,8 +308,7 @@ def main():
         w.wait()
     eq(y, torch.full((3,), prv + 0.5), "isend/irecv")
     y = torch.empty(2, device=dev)
-    ops = [dist.P2POp(dist.isend, torch.full((2,), rank * 1.0, device=dev), nxt),
-           dist.P2POp(dist.irecv, y, prv)]
+    ops = [dist.P2POp(dist.isend, torch.full((2,), rank * 1.0, device=dev), nxt), dist.P2POp(dist.irecv, y, prv)]
     for w in dist.batch_isend_irecv(ops):
         w.wait()
     eq(y, torch.full((2,), prv * 1.0), "batch_isend_irecv")
@@ -356,9 +377,17 @@ def main():
     eq(g, torch.cat([torch.arange(4, dtype=torch.float64) + s for s in range(world)]), "funcol all_gather_tensor")
     big = torch.arange(world * 2, dtype=torch.float32, device=dev) + rank
     rs = funcol.reduce_scatter_tensor(big, "sum", 0, pg)
-    eq(rs, (torch.arange(world * 2, dtype=torch.float64) * world + ranks.sum())[rank * 2: rank * 2 + 2], "funcol reduce_scatter_tensor")
+    eq(
+        rs,
+        (torch.arange(world * 2, dtype=torch.float64) * world + ranks.sum())[rank * 2 : rank * 2 + 2],
+        "funcol reduce_scatter_tensor",
+    )
     rs = funcol.reduce_scatter_tensor(big, "avg", 0, pg)
-    eq(rs, (torch.arange(world * 2, dtype=torch.float64) + ranks.mean())[rank * 2: rank * 2 + 2], "funcol reduce_scatter_tensor avg")
+    eq(
+        rs,
+        (torch.arange(world * 2, dtype=torch.float64) + ranks.mean())[rank * 2 : rank * 2 + 2],
+        "funcol reduce_scatter_tensor avg",
+    )
     a2a = funcol.all_to_all_single(torch.arange(world, dtype=torch.float32, device=dev) + 10 * rank, None, None, pg)
     eq(a2a, torch.tensor([rank + 10.0 * s for s in range(world)]), "funcol all_to_all_single")
     bc = funcol.broadcast(t([rank + 5.0], torch.float32), 0, pg)
@@ -374,7 +403,7 @@ def main():
     full = torch.randn(world * 2, 3)
     dt = distribute_tensor(full.to(dev), mesh, [Shard(0)])
     check(dt.to_local().device.type == "neuron", "DTensor local shard on neuron")
-    eq(dt.to_local(), full[rank * 2: rank * 2 + 2], "DTensor Shard(0) local")
+    eq(dt.to_local(), full[rank * 2 : rank * 2 + 2], "DTensor Shard(0) local")
     eq(dt.redistribute(mesh, [Replicate()]).to_local(), full, "DTensor Shard->Replicate")
     eq(dt.full_tensor(), full, "DTensor full_tensor")
     eq((dt * 2).sum().full_tensor(), (full * 2).sum().reshape(()), "DTensor sum (partial -> replicate)")

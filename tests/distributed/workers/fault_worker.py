@@ -4,6 +4,7 @@ process-group timeout. Usage: fault_worker.py SCENARIO TIMEOUT_S
   hang      rank 1 stays alive but never joins the collective
   mismatch  ranks all_reduce tensors of different sizes
 Rank 0 prints "FAILED-AS-EXPECTED <seconds> <error>" and exits 3."""
+
 import datetime
 import os
 import signal

@@ -1,6 +1,7 @@
 """transformers from_pretrained(distributed_config=DistributedConfig(tp_size=2, fsdp_size=2))
 on neuron under torchrun (4 processes), a few training steps checked against a
 single-process run. Usage: hf_worker.py MODEL_DIR"""
+
 import os
 import sys
 
@@ -31,7 +32,8 @@ def main():
     dev = torch.device("neuron", local_rank)
     assert torch.neuron.current_device() == local_rank
     model = AutoModelForCausalLM.from_pretrained(
-        path, distributed_config=DistributedConfig(tp_size=2, fsdp_size=2), dtype=torch.float32)
+        path, distributed_config=DistributedConfig(tp_size=2, fsdp_size=2), dtype=torch.float32
+    )
     assert dist.is_initialized() and dist.get_backend() == "neuron", dist.get_backend()
     rank, world = dist.get_rank(), dist.get_world_size()
     assert world == 4
@@ -43,7 +45,7 @@ def main():
     g = torch.Generator().manual_seed(5)
     data = torch.randint(0, model.config.vocab_size, (BATCH, SEQ), generator=g)
     per = BATCH // dp_size
-    losses = train(model, data[dp_rank * per:(dp_rank + 1) * per].to(dev))
+    losses = train(model, data[dp_rank * per : (dp_rank + 1) * per].to(dev))
     losses = torch.stack([l.full_tensor() if isinstance(l, DTensor) else l for l in losses])
     dist.all_reduce(losses, op=dist.ReduceOp.AVG, group=fsdp.get_group())
     ref_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(dev)

@@ -8,6 +8,7 @@ sharded model's. Every rank reports its host memory (RSS and private memory afte
 imports, after building the trainer, after training, and the peak); rank 0 prints one
 "MEM" line per rank and "SFT MESH OK" at the end.
 """
+
 import importlib.util
 import os
 import resource
@@ -59,11 +60,32 @@ def main():
     mem = {"imports": _mem_mib()}
     ex = _example()
     parser = TrlParser((ex.ExampleArguments, SFTConfig, ModelConfig))
-    parser.set_defaults(packing=True, packing_strategy="wrapped", max_length=128, per_device_train_batch_size=2,
-                        learning_rate=3e-3, logging_steps=1, save_strategy="no", report_to="none",
-                        activation_checkpointing=False, disable_tqdm=True)
-    argv = ["--base_model_dir", base_dir, "--output_dir", out_dir, "--max_steps", str(steps),
-            "--tp_size", str(tp), "--fsdp_size", str(fsdp), "--bf16", "true"]
+    parser.set_defaults(
+        packing=True,
+        packing_strategy="wrapped",
+        max_length=128,
+        per_device_train_batch_size=2,
+        learning_rate=3e-3,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        activation_checkpointing=False,
+        disable_tqdm=True,
+    )
+    argv = [
+        "--base_model_dir",
+        base_dir,
+        "--output_dir",
+        out_dir,
+        "--max_steps",
+        str(steps),
+        "--tp_size",
+        str(tp),
+        "--fsdp_size",
+        str(fsdp),
+        "--bf16",
+        "true",
+    ]
     example_args, training_args, model_args = parser.parse_args_into_dataclasses(argv)
     trainer = ex.build_trainer(example_args, training_args, model_args)
     mem["trainer"] = _mem_mib()
@@ -101,18 +123,26 @@ def main():
             print(f"MEM rank {r} node {node} local {lr} " + " ".join(f"{k}={v}" for k, v in rep.items()), flush=True)
         peaks = [rep["peak_rss"] for _, _, rep in reports]
         private = [rep["trained"][1] for _, _, rep in reports]
-        print(f"MEM total peak RSS {sum(peaks)} MiB (max {max(peaks)}), private after training {sum(private)} MiB "
-              f"(max {max(private)}) over {len(reports)} ranks", flush=True)
+        print(
+            f"MEM total peak RSS {sum(peaks)} MiB (max {max(peaks)}), private after training {sum(private)} MiB "
+            f"(max {max(private)}) over {len(reports)} ranks",
+            flush=True,
+        )
         files = sorted(os.listdir(out_dir))
         assert "model.safetensors" in files and "config.json" in files, files
         cpu_model = AutoModelForCausalLM.from_pretrained(out_dir, dtype=torch.float32)
         assert next(cpu_model.parameters()).device.type == "cpu"
         err = (_logits(cpu_model, ids) - sharded).abs().max().item()
-        moved = (_logits(AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32), ids) - sharded).abs().max()
+        moved = (
+            (_logits(AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32), ids) - sharded).abs().max()
+        )
         assert err <= FP32_ATOL, f"CPU reload differs from the sharded model by {err}"
         assert moved > 100 * FP32_ATOL, f"training did not change the logits ({moved})"
-        print(f"SFT MESH OK tp={tp} fsdp={fsdp} losses {[round(x, 3) for x in losses]} max|cpu-sharded| {err:.2e} "
-              f"train {t_train:.0f} s, total {time.monotonic() - T0:.0f} s", flush=True)
+        print(
+            f"SFT MESH OK tp={tp} fsdp={fsdp} losses {[round(x, 3) for x in losses]} max|cpu-sharded| {err:.2e} "
+            f"train {t_train:.0f} s, total {time.monotonic() - T0:.0f} s",
+            flush=True,
+        )
     dist.barrier()
     trainer.end()
     # Everything under test is done. Leave without interpreter teardown: with 16+ ranks on

@@ -1,4 +1,5 @@
 """A tiny Llama (RMSNorm, RoPE attention with GQA, SwiGLU MLP) and its TP/SP plan."""
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

@@ -6,7 +6,7 @@ Modes: ddp, ddp_hooks, fsdp2, fsdp2_bf16, tp, tp_sp, fsdp_tp (world 4: 2 x 2 mes
 nodes (the node layout of a multi-node torchrun and traffic across its nodes).
 Prints "MODE <mode> OK <losses>" per mode.
 """
-import copy
+
 import datetime
 import os
 import sys
@@ -36,7 +36,7 @@ def train(model, params, batches, dev, dp_rank=0, dp_size=1, dp_group=None, auto
     losses = []
     per = BATCH // dp_size
     for x in batches:
-        x = x[dp_rank * per:(dp_rank + 1) * per].to(dev)
+        x = x[dp_rank * per : (dp_rank + 1) * per].to(dev)
         if autocast:
             with torch.autocast("neuron", dtype=torch.bfloat16):
                 loss = loss_fn(model(x), x)
@@ -59,8 +59,10 @@ def close(a, b, tol):
 def full_state(model):
     from torch.distributed.tensor import DTensor
 
-    return {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().cpu().clone()
-            for k, v in model.state_dict().items()}
+    return {
+        k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().cpu().clone()
+        for k, v in model.state_dict().items()
+    }
 
 
 def _check_nodes(rank, world, local_rank, dev):
@@ -83,8 +85,10 @@ def _check_nodes(rank, world, local_rank, dev):
     assert torch.equal(out.cpu(), torch.arange(world, dtype=torch.float32)[:, None].expand(world, 2)), out
     peer = (rank + per_node) % world  # the same local rank on the next node
     recv = torch.empty(2, device=dev)
-    ops = [dist.P2POp(dist.isend, torch.full((2,), float(rank), device=dev), peer),
-           dist.P2POp(dist.irecv, recv, (rank - per_node) % world)]
+    ops = [
+        dist.P2POp(dist.isend, torch.full((2,), float(rank), device=dev), peer),
+        dist.P2POp(dist.irecv, recv, (rank - per_node) % world),
+    ]
     for w in dist.batch_isend_irecv(ops):
         w.wait()
     assert torch.equal(recv.cpu(), torch.full((2,), float((rank - per_node) % world))), recv
@@ -140,15 +144,18 @@ def main():
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
             from torch.nn.parallel import DistributedDataParallel as DDP
 
-            model = DDP(make_model().to(dev), device_ids=[local_rank], gradient_as_bucket_view=True,
-                        bucket_cap_mb=0.05)
+            model = DDP(make_model().to(dev), device_ids=[local_rank], gradient_as_bucket_view=True, bucket_cap_mb=0.05)
             model.register_comm_hook(None, default_hooks.fp16_compress_hook)
             losses = train(model, model.parameters(), batches, dev, rank, world)
             assert all(p.grad is None or p.grad.device == dev for p in model.parameters())
             tol = 2e-2
         elif mode in ("fsdp2", "fsdp2_bf16"):
             mesh = init_device_mesh("neuron", (world,))
-            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if mode == "fsdp2_bf16" else None
+            mp = (
+                MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+                if mode == "fsdp2_bf16"
+                else None
+            )
             model = shard_fsdp(make_model().to(dev), mesh, mp)
             losses = train(model, model.parameters(), batches, dev, rank, world)
             tol = 3e-2 if mp else 1e-4
@@ -178,12 +185,13 @@ def main():
             mesh = init_device_mesh("neuron", (world,))
             a = shard_fsdp(make_model().to(dev), mesh)
             opt_a = torch.optim.AdamW(a.parameters(), lr=1e-2)
-            x = batches[0][rank * (BATCH // world):(rank + 1) * (BATCH // world)].to(dev)
+            x = batches[0][rank * (BATCH // world) : (rank + 1) * (BATCH // world)].to(dev)
             loss_fn(a(x), x).backward()
             opt_a.step()
             opt_a.zero_grad()
-            dcp.save({"model": get_model_state_dict(a), "optim": get_optimizer_state_dict(a, opt_a)},
-                     checkpoint_id=ckpt_dir)
+            dcp.save(
+                {"model": get_model_state_dict(a), "optim": get_optimizer_state_dict(a, opt_a)}, checkpoint_id=ckpt_dir
+            )
             torch.manual_seed(99)  # a differently initialised model
             b = shard_fsdp(TinyLlama().to(dev), mesh)
             opt_b = torch.optim.AdamW(b.parameters(), lr=1e-2)
@@ -207,7 +215,7 @@ def main():
             # Training continues identically from the loaded state.
             la = train(a, a.parameters(), batches[1:2], dev, rank, world)
             lb_model_opt = opt_b
-            x = batches[1][rank * (BATCH // world):(rank + 1) * (BATCH // world)].to(dev)
+            x = batches[1][rank * (BATCH // world) : (rank + 1) * (BATCH // world)].to(dev)
             lb = loss_fn(b(x), x).detach()
             dist.all_reduce(lb, op=dist.ReduceOp.AVG)
             assert abs(la[0] - lb.item()) < 1e-6, (la, lb.item())

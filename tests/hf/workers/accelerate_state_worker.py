@@ -4,6 +4,7 @@
 Trains a small model with dropout; saves the state after a few steps; records the next steps'
 losses and neuron RNG draws; restores the state and replays them: everything (weights,
 optimizer, scheduler, dataloader position, neuron RNG stream) must continue identically."""
+
 import sys
 
 import torch
@@ -73,8 +74,7 @@ def main():
     for a, b in zip(final, model.parameters()):
         assert torch.equal(a, b.detach().cpu())
     assert after[-1][0] < 1e3
-    print(f"rank {acc.process_index}/{world}: ACCELERATE STATE OK losses {[round(l, 5) for l, _ in after]}",
-          flush=True)
+    print(f"rank {acc.process_index}/{world}: ACCELERATE STATE OK losses {[round(l, 5) for l, _ in after]}", flush=True)
     acc.end_training()
 
 

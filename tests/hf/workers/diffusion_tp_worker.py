@@ -82,8 +82,10 @@ def main():
             diff = float(np.abs(image.astype(np.float64) - reference).max())
             ok = diff <= ATOL
             failures += not ok
-            print(f"RESULT {name} tp={world} {mode} sharded={n_sharded} maxdiff={diff:.3g} {'OK' if ok else 'FAIL'}",
-                  flush=True)
+            print(
+                f"RESULT {name} tp={world} {mode} sharded={n_sharded} maxdiff={diff:.3g} {'OK' if ok else 'FAIL'}",
+                flush=True,
+            )
         dist.barrier()
     dist.destroy_process_group()
     sys.exit(1 if failures else 0)

@@ -1,6 +1,7 @@
 """Tensor-parallel generation under torchrun: examples/generate.py's loader with
 tp_plan="auto" on every process, tokens checked against a single-process run.
 Usage: generate_tp_worker.py MODEL_DIR REFERENCE_JSON (written by examples/generate.py --json)"""
+
 import importlib.util
 import json
 import os
@@ -44,8 +45,10 @@ def main():
             assert got == ref[name], (name, got, ref[name])
     m = torch.neuron.get_dynamo_metrics()
     assert m["graphs_compiled"] >= 1 and not m["fallbacks"], m
-    print(f"rank {dist.get_rank()}: TP=2 generation equals the single process; {m['graphs_compiled']} graph(s)",
-          flush=True)
+    print(
+        f"rank {dist.get_rank()}: TP=2 generation equals the single process; {m['graphs_compiled']} graph(s)",
+        flush=True,
+    )
     dist.barrier()
     dist.destroy_process_group()
 

@@ -2,6 +2,7 @@
 safetensors checkpoint hands "neuron:N" to safetensors, which refuses it (documented in
 docs/huggingface.md); map_location="cpu", or a checkpoint saved with safe_serialization=False,
 restores the weights on every rank's core."""
+
 import sys
 
 import torch

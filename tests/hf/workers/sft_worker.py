@@ -4,6 +4,7 @@ MODE ``tp_fsdp``: torchrun with 4 processes, DistributedConfig(tp_size=2, fsdp_s
 bf16, torch_compile (backend neuron). MODE ``lora``: one process, PEFT LoRA. Both train a few
 steps, save with ``trainer.save_model`` and check the checkpoint on CPU against the trained
 model's logits on neuron."""
+
 import importlib.util
 import os
 import sys
@@ -42,13 +43,33 @@ def main():
 
     ex = _example()
     parser = TrlParser((ex.ExampleArguments, SFTConfig, ModelConfig))
-    parser.set_defaults(packing=True, packing_strategy="wrapped", max_length=128, per_device_train_batch_size=4, learning_rate=3e-3,
-                        logging_steps=1, save_strategy="no", report_to="none", activation_checkpointing=False)
+    parser.set_defaults(
+        packing=True,
+        packing_strategy="wrapped",
+        max_length=128,
+        per_device_train_batch_size=4,
+        learning_rate=3e-3,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        activation_checkpointing=False,
+    )
     argv = ["--base_model_dir", base_dir, "--output_dir", out_dir, "--max_steps", str(STEPS)]
     if mode == "tp_fsdp":
         argv += ["--tp_size", "2", "--fsdp_size", "2", "--bf16", "true", "--torch_compile", "true"]
     else:
-        argv += ["--learning_rate", "1e-2", "--use_peft", "--lora_r", "8", "--lora_alpha", "16", "--lora_target_modules", "q_proj", "v_proj"]
+        argv += [
+            "--learning_rate",
+            "1e-2",
+            "--use_peft",
+            "--lora_r",
+            "8",
+            "--lora_alpha",
+            "16",
+            "--lora_target_modules",
+            "q_proj",
+            "v_proj",
+        ]
     example_args, training_args, model_args = parser.parse_args_into_dataclasses(argv)
     trainer = ex.build_trainer(example_args, training_args, model_args)
     args = trainer.args
@@ -106,8 +127,11 @@ def main():
         assert err <= FP32_ATOL, f"CPU reload differs from the trained neuron model by {err} (fp32)"
         assert err_bf16 <= BF16_ATOL, f"CPU reload differs from the trained neuron model by {err_bf16} (bf16)"
         assert moved > 100 * FP32_ATOL, f"training did not change the logits ({moved})"
-        print(f"SFT {mode} OK losses {[round(l, 4) for l in losses]} max|cpu-neuron| fp32 {err:.2e} "
-              f"bf16-autocast {err_bf16:.2e} (training moved the logits by {moved:.3f})", flush=True)
+        print(
+            f"SFT {mode} OK losses {[round(l, 4) for l in losses]} max|cpu-neuron| fp32 {err:.2e} "
+            f"bf16-autocast {err_bf16:.2e} (training moved the logits by {moved:.3f})",
+            flush=True,
+        )
     if dist.is_initialized():
         dist.barrier()
     trainer.end()

@@ -1,4 +1,5 @@
 """Worker (torchrun, 2 ranks): profiles neuron collectives, writes each rank's Chrome trace."""
+
 import os
 import sys
 

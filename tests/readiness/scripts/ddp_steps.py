@@ -1,4 +1,5 @@
 """Two ranks of DDP: per step one all-reduce of the 32x32 float32 gradient (4096 bytes)."""
+
 import os
 
 import torch

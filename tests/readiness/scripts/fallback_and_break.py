@@ -1,4 +1,5 @@
 """A training loop with a float64 op and a .item() graph break (lines checked by the test)."""
+
 import torch
 
 torch.manual_seed(0)
@@ -14,7 +15,7 @@ def f(x):
 
 
 cf = torch.compile(f, backend="neuron")
-for step in range(3):
+for _step in range(3):
     x = torch.randn(8, 16, device="neuron")
     loss = cf(x)
     loss.backward()

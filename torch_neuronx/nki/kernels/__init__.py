@@ -11,5 +11,12 @@ from .matmul import nki_matmul_hoisted, nki_matmul_tiled
 from .rmsnorm import nki_rmsnorm
 from .softmax import nki_softmax
 
-__all__ = ["fused_attention", "nki_layernorm", "nki_matmul_hoisted", "nki_matmul_tiled",
-           "nki_rmsnorm", "nki_softmax", "nki_tensor_add"]
+__all__ = [
+    "fused_attention",
+    "nki_layernorm",
+    "nki_matmul_hoisted",
+    "nki_matmul_tiled",
+    "nki_rmsnorm",
+    "nki_softmax",
+    "nki_tensor_add",
+]

@@ -25,7 +25,7 @@ def fused_attention(q, k, v, scale=None, causal=False):
     sq, d = q.shape
     sk = k.shape[0]
     assert d <= nl.tile_size.pmax, "head dim must fit the 128 partitions"
-    scale = (1.0 / d ** 0.5) if scale is None else scale
+    scale = (1.0 / d**0.5) if scale is None else scale
     out = nl.ndarray((sq, d), dtype=q.dtype, buffer=nl.shared_hbm)
     TQ = nl.tile_size.pmax  # queries per tile (partition dim of the scores)
     TK = nl.tile_size.pmax  # keys per step (transposed P must fit 128 partitions)
@@ -53,26 +53,26 @@ def fused_attention(q, k, v, scale=None, causal=False):
             neg_max = nisa.tensor_scalar(new_max, op0=nl.multiply, operand0=-scale)
             row_sum = nl.ndarray((nq, 1), nl.float32, buffer=nl.sbuf)
             # exp(scale * s - scale * max) with the row sum from the same Scalar instruction
-            p = nisa.activation(op=nl.exp, data=s, scale=scale, bias=neg_max, reduce_op=nl.add,
-                                reduce_res=row_sum, dtype=q.dtype)
+            p = nisa.activation(
+                op=nl.exp, data=s, scale=scale, bias=neg_max, reduce_op=nl.add, reduce_res=row_sum, dtype=q.dtype
+            )
             corr = nisa.activation(op=nl.exp, data=run_max, scale=scale, bias=neg_max)
-            nisa.scalar_tensor_tensor(run_sum, op0=nl.multiply, operand0=corr, op1=nl.add,
-                                      operand1=row_sum, dst=run_sum)  # in place
+            nisa.scalar_tensor_tensor(
+                run_sum, op0=nl.multiply, operand0=corr, op1=nl.add, operand1=row_sum, dst=run_sum
+            )  # in place
             # PSUM -> SBUF evacuation on the Scalar Engine keeps the Vector Engine free
-            pT = nisa.tensor_copy(nisa.nc_transpose(p), engine=nisa.engine.scalar,
-                                  dtype=q.dtype)  # [nk, nq]
+            pT = nisa.tensor_copy(nisa.nc_transpose(p), engine=nisa.engine.scalar, dtype=q.dtype)  # [nk, nq]
             pv = nisa.nc_matmul(pT, v_tile)  # [nq, d]
-            nisa.scalar_tensor_tensor(acc, op0=nl.multiply, operand0=corr, op1=nl.add,
-                                      operand1=pv, dst=acc)
+            nisa.scalar_tensor_tensor(acc, op0=nl.multiply, operand0=corr, op1=nl.add, operand1=pv, dst=acc)
             run_max[...] = new_max
         inv = nisa.reciprocal(run_sum)
-        nl.store(out[q0:q1, :], value=nisa.tensor_scalar(acc, op0=nl.multiply, operand0=inv,
-                                                           dtype=q.dtype))
+        nl.store(out[q0:q1, :], value=nisa.tensor_scalar(acc, op0=nl.multiply, operand0=inv, dtype=q.dtype))
     return out
 
 
 def reference(q, k, v, scale=None, causal=False):
     import torch
+
     return torch.nn.functional.scaled_dot_product_attention(
-        q.float()[None], k.float()[None], v.float()[None], is_causal=causal,
-        scale=scale)[0].to(q.dtype)
+        q.float()[None], k.float()[None], v.float()[None], is_causal=causal, scale=scale
+    )[0].to(q.dtype)

@@ -24,11 +24,10 @@ def nki_layernorm(x, gamma, beta, eps=1e-5):
         stats = nl.ndarray((p, 6 * n_chunks), nl.float32, buffer=nl.sbuf)
         for c in nl.affine_range(n_chunks):
             c0, c1 = c * fmax, min((c + 1) * fmax, d)
-            stats[:, 6 * c:6 * (c + 1)] = nisa.bn_stats(x_tile[:, c0:c1])
+            stats[:, 6 * c : 6 * (c + 1)] = nisa.bn_stats(x_tile[:, c0:c1])
         mean_var = nisa.bn_aggr(stats)
         rstd = nisa.activation(op=nl.rsqrt, data=mean_var[:, 1:2], bias=eps)
-        normed = nisa.tensor_scalar(x_tile, op0=nl.subtract, operand0=mean_var[:, 0:1],
-                                    op1=nl.multiply, operand1=rstd)
+        normed = nisa.tensor_scalar(x_tile, op0=nl.subtract, operand0=mean_var[:, 0:1], op1=nl.multiply, operand1=rstd)
         y = nl.add(nl.multiply(normed, g_bcast[0:p, :]), b_bcast[0:p, :], dtype=x.dtype)
         nl.store(out[r0:r1, :], value=y)
     return out
@@ -36,5 +35,5 @@ def nki_layernorm(x, gamma, beta, eps=1e-5):
 
 def reference(x, gamma, beta, eps=1e-5):
     import torch
-    return torch.nn.functional.layer_norm(x.float(), (x.shape[-1],), gamma.float(),
-                                          beta.float(), eps).to(x.dtype)
+
+    return torch.nn.functional.layer_norm(x.float(), (x.shape[-1],), gamma.float(), beta.float(), eps).to(x.dtype)

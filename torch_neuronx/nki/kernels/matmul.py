@@ -49,28 +49,27 @@ def nki_matmul_hoisted(lhsT, rhs):
     Requires ``rhs`` to fit in SBUF (the allocator raises NKIMemoryError otherwise).
     """
     from .. import isa as nisa
+
     K, M = lhsT.shape
     _, N = rhs.shape
     result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
-    TM, TK, TN = (nl.tile_size.gemm_stationary_fmax, nl.tile_size.pmax,
-                  nl.tile_size.gemm_moving_fmax)
+    TM, TK, TN = (nl.tile_size.gemm_stationary_fmax, nl.tile_size.pmax, nl.tile_size.gemm_moving_fmax)
     n_k = (K + TK - 1) // TK
     rhs_sb = nl.ndarray((n_k, nl.par_dim(TK), N), dtype=rhs.dtype, buffer=nl.sbuf)
     for k in nl.affine_range(n_k):
         k0, k1 = k * TK, min((k + 1) * TK, K)
-        nisa.dma_copy(dst=rhs_sb[k, 0:k1 - k0, :], src=rhs[k0:k1, :])
+        nisa.dma_copy(dst=rhs_sb[k, 0 : k1 - k0, :], src=rhs[k0:k1, :])
     for m in nl.affine_range((M + TM - 1) // TM):
         m0, m1 = m * TM, min((m + 1) * TM, M)
         lhsT_sb = nl.ndarray((n_k, nl.par_dim(TK), m1 - m0), dtype=lhsT.dtype, buffer=nl.sbuf)
         for k in nl.affine_range(n_k):
             k0, k1 = k * TK, min((k + 1) * TK, K)
-            nisa.dma_copy(dst=lhsT_sb[k, 0:k1 - k0, :], src=lhsT[k0:k1, m0:m1])
+            nisa.dma_copy(dst=lhsT_sb[k, 0 : k1 - k0, :], src=lhsT[k0:k1, m0:m1])
         for n in nl.affine_range((N + TN - 1) // TN):
             n0, n1 = n * TN, min((n + 1) * TN, N)
             res_psum = nl.zeros((m1 - m0, n1 - n0), nl.float32, buffer=nl.psum)
             for k in nl.affine_range(n_k):
                 ksz = min((k + 1) * TK, K) - k * TK
-                res_psum += nl.matmul(lhsT_sb[k, 0:ksz, :], rhs_sb[k, 0:ksz, n0:n1],
-                                      transpose_x=True)
+                res_psum += nl.matmul(lhsT_sb[k, 0:ksz, :], rhs_sb[k, 0:ksz, n0:n1], transpose_x=True)
             nl.store(result[m0:m1, n0:n1], value=nl.copy(res_psum, dtype=result.dtype))
     return result

@@ -21,12 +21,12 @@ def nki_rmsnorm(a_tensor, g_tensor, eps=1e-6):
         # rsqrt(sum/d + eps) on the Scalar Engine via scale and bias
         rstd = nisa.activation(op=nl.rsqrt, data=sq_sum, scale=1.0 / d, bias=eps)
         normed = nisa.tensor_scalar(a_tile, op0=nl.multiply, operand0=rstd)
-        nl.store(out[r0:r1, :], value=nl.multiply(normed, g_bcast[0:r1 - r0, :],
-                                                  dtype=a_tensor.dtype))
+        nl.store(out[r0:r1, :], value=nl.multiply(normed, g_bcast[0 : r1 - r0, :], dtype=a_tensor.dtype))
     return out
 
 
 def reference(x, weight, eps=1e-6):
     import torch
+
     xf = x.float()
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)

@@ -17,8 +17,7 @@ def nki_softmax(x):
         tile = nl.load(x[r0:r1, :], dtype=nl.float32)
         row_max = nisa.tensor_reduce(nl.maximum, tile, axis=1, keepdims=True, negate=True)
         row_sum = nl.ndarray((r1 - r0, 1), nl.float32, buffer=nl.sbuf)
-        exp = nisa.activation(op=nl.exp, data=tile, bias=row_max, reduce_op=nl.add,
-                              reduce_res=row_sum)
+        exp = nisa.activation(op=nl.exp, data=tile, bias=row_max, reduce_op=nl.add, reduce_res=row_sum)
         inv = nisa.reciprocal(row_sum)
         result = nisa.tensor_scalar(exp, op0=nl.multiply, operand0=inv, dtype=x.dtype)
         nl.store(out[r0:r1, :], value=result)
@@ -27,4 +26,5 @@ def nki_softmax(x):
 
 def reference(x):
     import torch
+
     return torch.softmax(x.float(), dim=-1).to(x.dtype)
