@@ -58,9 +58,14 @@ def _partial_overlap(sample, device):
     return base[:-1].view(x.shape), args
 
 
+# Sparse ops have no neuron counterpart; CPU's batch-norm kernels with out=
+# arguments are left out (their multiple outputs are not of this test's form).
+_EXCLUDED = ("sparse.", "native_batch_norm", "_native_batch_norm_legit", "_batch_norm_with_update")
+
+
 def _cases():
     for op in op_db:
-        if torch.float32 not in op.supported_dtypes("cpu"):
+        if torch.float32 not in op.supported_dtypes("cpu") or op.full_name.startswith(_EXCLUDED):
             continue
         if op.inplace_variant is not None:
             yield pytest.param(op, "inplace_internal", id=f"{op.full_name}-inplace_internal")
@@ -86,7 +91,9 @@ def _run(op, kind, device):
     ref = op(s.input, *s.args, **s.kwargs)
     if not isinstance(ref, torch.Tensor) or ref.numel() < 2 or ref.dim() == 0:
         return "skip"
-    out = torch.empty(1, dtype=ref.dtype, device=device).reshape([1] * ref.dim()).expand(ref.shape)
+    # Every element of `out` is one memory location, but its storage holds
+    # numel elements: a kernel that ignored the strides stays in bounds.
+    out = torch.empty(ref.numel(), dtype=ref.dtype, device=device).as_strided(ref.shape, [0] * ref.dim())
     return _outcome(lambda: op(_to(s.input, device), *_to(s.args, device), out=out, **kwargs))
 
 
