@@ -7,6 +7,7 @@
 
 #include "aten/alias_table.h"
 #include "aten/arg_check.h"
+#include "aten/nested.h"
 #include "aten/op_meta.h"
 #include "device/allocator.h"
 #include "device/device.h"
@@ -107,6 +108,8 @@ void cpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
     if (!r.defined() || r.device().type() != c10::kCPU) return r;
     for (auto& c : conv)
       if (c.cpu.unsafeGetTensorImpl() == r.unsafeGetTensorImpl()) return c.neuron;
+    if (r.is_quantized()) reject_quantized(meta.name);
+    if (r.is_nested()) return nested_to_neuron(table, r, dev);
     TORCH_CHECK_NOT_IMPLEMENTED(r.layout() == c10::kStrided, "'", meta.name, "' produced a ", r.layout(),
                                 " tensor: Trainium has no sparse kernels, so neuron supports only strided "
                                 "(dense) tensors. Run this op on CPU (tensor.cpu()) and move the dense "

@@ -4,6 +4,8 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <string>
+
 namespace neuron {
 
 void cpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
@@ -11,5 +13,9 @@ void cpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
 // Sends the ops that have both a CPU kernel and a device-generic composite to
 // the fallback (cpu_routes.cpp); returns how many. Idempotent.
 int register_cpu_kernel_routes();
+
+// Quantized tensors are refused where they would be made on neuron (a
+// quantize op's result, an empty quantized tensor, a copy from CPU).
+[[noreturn]] void reject_quantized(const std::string& op_name);
 
 }  // namespace neuron

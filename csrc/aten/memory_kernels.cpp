@@ -2,6 +2,7 @@
 // views, copies, resizing, set_, and `param.data = t` across devices.
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_local_scalar_dense_native.h>
 #include <ATen/ops/_reshape_alias_native.h>
@@ -66,6 +67,14 @@ bool plain_same_layout(const at::Tensor& a, const at::Tensor& b) {
 // Host<->device and device<->device copies (copy_ routes them here).
 at::Tensor neuron_copy_from(const at::Tensor& self, const at::Tensor& dst, bool) {
   if (self.numel() == 0 && dst.numel() == 0) return dst;
+  // copy_ sends neuron copies here before the TensorIterator that makes CPU's
+  // overlap checks: make them, with CPU's early return for the very same data.
+  if (self.is_alias_of(dst) && self.storage_offset() == dst.storage_offset() && self.strides() == dst.strides() &&
+      self.sizes() == dst.sizes() && self.scalar_type() == dst.scalar_type() && self.is_conj() == dst.is_conj() &&
+      self.is_neg() == dst.is_neg())
+    return dst;
+  at::assert_no_internal_overlap(dst);
+  at::assert_no_partial_overlap(dst, self);
   if (plain_same_layout(self, dst)) {
     runtime().copy(dst.data_ptr(), self.data_ptr(), dst.nbytes());
     return dst;

@@ -45,8 +45,10 @@ struct NeuronHooks final : at::PrivateUse1HooksInterface {
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     auto* impl = storage.unsafeGetStorageImpl();
     TORCH_CHECK(impl->resizable(), "Trying to resize storage that is not resizable");
-    c10::DataPtr fresh;
-    if (newsize) fresh = allocate_on(storage.device().index(), newsize);
+    const auto device = storage.device();
+    // An empty buffer still belongs to the device: a storage's device is its
+    // DataPtr's, and FSDP frees parameters by resizing them to 0 and back.
+    c10::DataPtr fresh = newsize ? allocate_on(device.index(), newsize) : c10::DataPtr(nullptr, device);
     const size_t keep = std::min(newsize, impl->nbytes());
     if (keep && impl->data()) rt::Runtime::get().copy(fresh.get(), impl->data(), keep);
     impl->set_data_ptr_noswap(std::move(fresh));

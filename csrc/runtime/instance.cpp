@@ -32,20 +32,29 @@ int parse_int(const std::string& var, const std::string& text) {
   }
 }
 
-// "0-3", "1,3", "0-1,4" -> sorted unique ids.
-std::vector<int> parse_core_list(const std::string& var, const std::string& text) {
+// "0-3", "1,3", "0-1,4" -> sorted unique ids. Every id and range bound is
+// checked against `limit` before a range is expanded: a huge range must fail
+// at once, not after allocating every id in it.
+std::vector<int> parse_core_list(const std::string& var, const std::string& text, int limit,
+                                 const std::string& limit_text) {
   std::set<int> ids;
   std::stringstream ss(text);
   std::string part;
+  auto check = [&](int id) {
+    if (id >= limit)
+      throw ConfigError(var + "='" + text + "' names core " + std::to_string(id) + ", but " + limit_text);
+    return id;
+  };
   while (std::getline(ss, part, ',')) {
     part = trim(part);
     auto dash = part.find('-');
     if (dash == std::string::npos) {
-      ids.insert(parse_int(var, part));
+      ids.insert(check(parse_int(var, part)));
     } else {
       int lo = parse_int(var, part.substr(0, dash));
       int hi = parse_int(var, part.substr(dash + 1));
       if (hi < lo) throw ConfigError(var + "='" + text + "' is invalid: range '" + part + "' is decreasing");
+      check(hi);
       for (int i = lo; i <= hi; ++i) ids.insert(i);
     }
   }
@@ -88,12 +97,10 @@ InstanceInfo describe_instance() {
   std::vector<int> ids;
   const std::string visible = env("NEURON_RT_VISIBLE_CORES");
   if (!visible.empty()) {
-    ids = parse_core_list("NEURON_RT_VISIBLE_CORES", visible);
-    if (ids.back() >= info.logical_cores_total)
-      throw ConfigError("NEURON_RT_VISIBLE_CORES='" + visible + "' names core " + std::to_string(ids.back()) +
-                        ", but " + itype + " at LNC=" + std::to_string(info.lnc) + " has " +
-                        std::to_string(info.logical_cores_total) + " logical cores (0-" +
-                        std::to_string(info.logical_cores_total - 1) + ")");
+    ids = parse_core_list("NEURON_RT_VISIBLE_CORES", visible, info.logical_cores_total,
+                          itype + " at LNC=" + std::to_string(info.lnc) + " has " +
+                              std::to_string(info.logical_cores_total) + " logical cores (0-" +
+                              std::to_string(info.logical_cores_total - 1) + ")");
   } else {
     for (int i = 0; i < info.logical_cores_total; ++i) ids.push_back(i);
   }

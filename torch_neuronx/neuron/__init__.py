@@ -7,6 +7,7 @@ module does not depend on the compiler.
 
 from ..profiler._graphs import _compiled_graph
 from . import amp
+from ._legacy_types import LEGACY_TYPES as _LEGACY_TYPES
 from .device import (
     _is_in_bad_fork,
     current_device,
@@ -49,6 +50,9 @@ from .random import (
     set_rng_state_all,
 )
 from .streams import Event, Stream, StreamContext, current_stream, default_stream, set_stream, stream
+
+# torch.neuron.FloatTensor, torch.neuron.FloatStorage, ... (as torch.cuda has).
+globals().update(_LEGACY_TYPES)
 
 
 def __getattr__(name):

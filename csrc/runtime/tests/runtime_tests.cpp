@@ -80,6 +80,11 @@ void test_env_parsing() {
   expect_config_error("NEURON_RT_VISIBLE_CORES='3-1' is invalid: range '3-1' is decreasing");
   set_env(nullptr, nullptr, "0-9", nullptr);
   expect_config_error("names core 9, but trn2.3xlarge at LNC=2 has 4 logical cores (0-3)");
+  // Bounds are checked before a range is expanded: no time or memory spent.
+  set_env(nullptr, nullptr, "0-2147483647", nullptr);
+  expect_config_error("names core 2147483647, but trn2.3xlarge at LNC=2 has 4 logical cores (0-3)");
+  set_env(nullptr, nullptr, "0-99999999999999", nullptr);
+  expect_config_error("NEURON_RT_VISIBLE_CORES='0-99999999999999' is out of range");
   set_env(nullptr, nullptr, "1,,2", nullptr);
   expect_config_error("NEURON_RT_VISIBLE_CORES='1,,2' is invalid: expected a non-negative integer, got ''");
   set_env(nullptr, nullptr, nullptr, "0");

@@ -1,0 +1,150 @@
+"""Tensor kinds beyond dense strided ones on neuron: nested tensors run and
+equal CPU, quantized and sparse COO ones are refused where they would be made,
+and value checks CPU makes (one_hot) raise CPU's errors."""
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+DEVICE = "neuron"
+warnings.filterwarnings("ignore", message=".*nested tensors is in prototype.*")
+warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
+
+
+# --- nested tensors ---------------------------------------------------------
+
+
+def _nested(device):
+    g = torch.Generator().manual_seed(0)
+    parts = [torch.randn(2, 6, generator=g), torch.randn(4, 6, generator=g)]
+    return torch.nested.nested_tensor([p.to(device) for p in parts])
+
+
+@pytest.mark.parametrize(
+    "name,fn",
+    [
+        ("add", lambda nt: nt + 1),
+        ("mul_nested", lambda nt: nt * nt),
+        ("relu", lambda nt: torch.relu(nt)),
+        ("softmax", lambda nt: torch.softmax(nt, -1)),
+        ("transpose_matmul", lambda nt: torch.matmul(nt, nt.transpose(1, 2))),
+        ("linear", lambda nt: nn.functional.linear(nt, torch.ones(3, 6, device=nt.device))),
+        ("to_padded", lambda nt: nt.to_padded_tensor(0.0)),
+        ("unbind", lambda nt: nt.unbind()),
+        ("inplace_mul", lambda nt: nt.mul_(2.0)),
+    ],
+)
+def test_nested_ops_equal_cpu(name, fn):
+    ref = fn(_nested("cpu"))
+    out = fn(_nested(DEVICE))
+    refs = ref if isinstance(ref, tuple) else (ref,)
+    outs = out if isinstance(out, tuple) else (out,)
+    for r, o in zip(refs, outs):
+        assert o.device.type == DEVICE
+        assert o.is_nested == r.is_nested
+        if r.is_nested:
+            r, o = r.to_padded_tensor(0.0), o.to_padded_tensor(0.0)
+        torch.testing.assert_close(o.cpu(), r, rtol=0, atol=0)
+
+
+def test_nested_inplace_returns_self():
+    nt = _nested(DEVICE)
+    assert nt.mul_(2.0) is nt
+
+
+def _padded_batch():
+    g = torch.Generator().manual_seed(1)
+    src = torch.randn(3, 5, 16, generator=g)
+    mask = torch.tensor([[False] * 5, [False] * 3 + [True] * 2, [False] * 2 + [True] * 3])
+    return src, mask
+
+
+def test_transformer_encoder_fast_path_equals_cpu():
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 4, dim_feedforward=32, batch_first=True)
+    enc = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=True).eval()
+    src, mask = _padded_batch()
+    with torch.inference_mode():
+        ref = enc(src, src_key_padding_mask=mask)
+        enc.to(DEVICE)
+        out = enc(src.to(DEVICE), src_key_padding_mask=mask.to(DEVICE))
+    assert out.device.type == DEVICE
+    torch.testing.assert_close(out.cpu(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_multihead_attention_eval_with_padding_mask_equals_cpu():
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(16, 4, batch_first=True).eval()
+    src, mask = _padded_batch()
+    with torch.inference_mode():
+        ref, ref_w = mha(src, src, src, key_padding_mask=mask)
+        mha.to(DEVICE)
+        d = src.to(DEVICE)
+        out, w = mha(d, d, d, key_padding_mask=mask.to(DEVICE))
+    torch.testing.assert_close(out.cpu(), ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(w.cpu(), ref_w, rtol=1e-5, atol=1e-5)
+
+
+# --- quantized tensors: refused at creation ----------------------------------
+
+QUANT = "does not support quantized tensors"
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: torch.quantize_per_tensor(torch.randn(4, 4, device=DEVICE), 0.1, 0, torch.qint8),
+        lambda: torch.quantize_per_tensor(torch.randn(4, device=DEVICE), 0.1, 3, torch.quint8),
+        lambda: torch._empty_affine_quantized((2, 2), scale=0.1, zero_point=0, dtype=torch.quint8, device=DEVICE),
+        lambda: torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.qint8).to(DEVICE),
+        lambda: torch.quantize_per_channel(
+            torch.randn(4, 4, device=DEVICE),
+            torch.ones(4, device=DEVICE),
+            torch.zeros(4, dtype=torch.long, device=DEVICE),
+            0,
+            torch.qint8,
+        ),
+    ],
+    ids=["per_tensor_qint8", "per_tensor_quint8", "empty_affine", "cpu_to_neuron", "per_channel"],
+)
+def test_quantized_refused_at_creation(make):
+    with pytest.raises(NotImplementedError, match=QUANT):
+        make()
+
+
+# --- sparse COO: refused at the boundary --------------------------------------
+
+
+def test_sparse_coo_refused_on_to_and_factory():
+    with pytest.raises(NotImplementedError, match="Trainium has no sparse kernels"):
+        torch.eye(4).to_sparse().to(DEVICE)
+    with pytest.raises(NotImplementedError, match="Trainium has no sparse kernels"):
+        torch.sparse_coo_tensor(torch.tensor([[0, 1]]), torch.tensor([1.0, 2.0]), device=DEVICE)
+    with pytest.raises(NotImplementedError, match="Trainium has no sparse kernels"):
+        torch.empty(2, 2, layout=torch.sparse_csr, device=DEVICE)
+
+
+# --- one_hot: CPU's value checks -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "values,num_classes",
+    [([0, 5], 3), ([-1, 0], 3), ([-1, 0], -1)],
+    ids=["too_large", "negative", "negative_inferred"],
+)
+def test_one_hot_errors_equal_cpu(values, num_classes):
+    with pytest.raises(RuntimeError) as cpu:
+        nn.functional.one_hot(torch.tensor(values), num_classes)
+    with pytest.raises(RuntimeError) as neuron:
+        nn.functional.one_hot(torch.tensor(values, device=DEVICE), num_classes)
+    assert str(neuron.value) == str(cpu.value)
+
+
+def test_one_hot_equals_cpu():
+    x = torch.tensor([[0, 2], [1, 1]])
+    for n in (3, -1):
+        out = nn.functional.one_hot(x.to(DEVICE), n)
+        assert out.device.type == DEVICE
+        assert torch.equal(out.cpu(), nn.functional.one_hot(x, n))
