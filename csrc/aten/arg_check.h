@@ -13,6 +13,10 @@ namespace neuron {
 
 [[noreturn]] inline void device_mismatch(const OpMeta& meta, const c10::FunctionSchema& schema, size_t arg,
                                          const at::Device& bad, const at::Device& expected) {
+  // An out= tensor elsewhere: CUDA's words for it (structured kernels' check).
+  if (schema.arguments()[arg].is_out())
+    TORCH_CHECK(false, "Expected out tensor to have device ", expected, ", but got ", bad, " instead (",
+                schema.arguments()[arg].name(), " of ", meta.name, ")");
   TORCH_CHECK(false, "Expected all tensors to be on the same device, but got ", schema.arguments()[arg].name(),
               " is on ", bad, ", different from other tensors on ", expected, " (when checking argument in method ",
               meta.name, ")");
