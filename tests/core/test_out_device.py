@@ -13,6 +13,12 @@ import torch.utils._pytree as pytree
 from torch.testing._internal.common_methods_invocations import op_db
 
 SENTINEL = 7.0
+# Ops whose out= decides the device on every device type (CUDA included).
+OUT_DECIDES_DEVICE = {
+    "lu": "torch.lu copies its results into out= in Python",
+    "linspace": "reads its 0-dim tensor bounds as numbers",
+    "logspace": "reads its 0-dim tensor bounds as numbers",
+}
 OUT_OPS = [op for op in op_db if op.supports_out and torch.float32 in op.supported_dtypes("cpu")]
 
 
@@ -30,7 +36,7 @@ def _first_sample(op):
 
 
 def _noncontiguous(t):
-    return torch.empty(*t.shape, 2, dtype=t.dtype, device=t.device)[..., 0] if t.dim() else torch.empty_like(t)
+    return torch.zeros(*t.shape, 2, dtype=t.dtype, device=t.device)[..., 0] if t.dim() else torch.zeros_like(t)
 
 
 def _outs_like(result, device):
@@ -60,7 +66,15 @@ def test_out_on_another_device_raises(op):
         pytest.skip("no float32 sample runs")
     if not all(isinstance(t, torch.Tensor) for t in pytree.tree_leaves(result)):
         pytest.skip("result is not a tensor structure")
-    for device in ("cpu", "neuron:1"):
+    has_neuron_input = any(isinstance(t, torch.Tensor) for t in pytree.tree_leaves(
+        (sample.input, sample.args, sample.kwargs)))
+    # Factories (arange, linspace, ...) have no input device: out= decides it, as on CUDA.
+    wrong_devices = ("cpu", "neuron:1") if has_neuron_input and op.name not in OUT_DECIDES_DEVICE else ()
+    try:
+        op(cpu_sample.input, *cpu_sample.args, out=_outs_like(expected, "cpu"), **cpu_sample.kwargs)
+    except Exception:
+        wrong_devices = ()  # CPU rejects out= of this structure (e.g. histogramdd's edges list)
+    for device in wrong_devices:
         out = _outs_like(result, device)
         before = [t.cpu().clone() for t in pytree.tree_leaves(out)]
         with pytest.raises(RuntimeError):
@@ -69,9 +83,9 @@ def test_out_on_another_device_raises(op):
         assert all(torch.equal(a, b) for a, b in zip(before, after)), f"{op.name} wrote into out= on {device}"
 
     # On the right device: CPU's values, whatever the out tensors' layout.
-    for make in (torch.empty_like, _noncontiguous, lambda t: t.new_empty(0)):
+    for make in (torch.zeros_like, _noncontiguous, lambda t: t.new_empty(0)):
         cpu_out = pytree.tree_map_only(torch.Tensor, make, expected)
-        neuron_out = pytree.tree_map_only(torch.Tensor, make, result)
+        neuron_out = pytree.tree_map_only(torch.Tensor, lambda t: make(t.to("neuron")), expected)
         try:
             torch.manual_seed(0)
             op(cpu_sample.input, *cpu_sample.args, out=cpu_out, **cpu_sample.kwargs)
