@@ -44,11 +44,18 @@ class ArgCheck {
                                   ")");
       return true;
     }
-    if (!(t.device().type() == c10::kCPU && (t.dim() == 0 || allow_cpu)) && bad_arg_ < 0) {
+    // A 0-dim CPU tensor passes as a scalar operand, never as one the op writes.
+    const bool cpu_scalar = t.device().type() == c10::kCPU && t.dim() == 0 && !writes(i);
+    if (!(cpu_scalar || (t.device().type() == c10::kCPU && allow_cpu)) && bad_arg_ < 0) {
       bad_arg_ = i;
       bad_device_ = t.device();
     }
     return false;
+  }
+
+  bool writes(int i) const {
+    const auto* alias = schema_.arguments()[i].alias_info();
+    return alias != nullptr && alias->isWrite();
   }
 
   // A `device=neuron[:i]` argument.

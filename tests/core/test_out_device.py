@@ -96,3 +96,24 @@ def test_out_on_another_device_raises(op):
         for a, b in zip(pytree.tree_leaves(neuron_out), pytree.tree_leaves(cpu_out)):
             assert a.device.type == "neuron" and a.shape == b.shape
             torch.testing.assert_close(a.cpu(), b, equal_nan=True)
+
+
+def test_mode_on_neuron_matches_cpu():
+    x = torch.tensor([[1.0, 2, 2, 5], [3, 3, 1, 1], [4, 0, 0, 4]])
+    values, indices = torch.empty(3, device="neuron"), torch.empty(3, dtype=torch.long, device="neuron")
+    got = torch.mode(x.to("neuron"), 1, out=(values, indices))
+    expected = torch.mode(x, 1)
+    assert got.values is values and got.indices is indices
+    assert torch.equal(values.cpu(), expected.values) and torch.equal(indices.cpu(), expected.indices)
+    functional = torch.mode(x.to("neuron"), 0, keepdim=True)
+    assert torch.equal(functional.values.cpu(), torch.mode(x, 0, keepdim=True).values)
+
+
+def test_zero_dim_cpu_out_is_not_a_scalar_operand():
+    # A 0-dim CPU tensor may be read as a scalar operand, but never written.
+    a = torch.tensor(2.0, device="neuron")
+    out = torch.tensor(SENTINEL)
+    with pytest.raises(RuntimeError, match="Expected out tensor to have device neuron:0, but got cpu instead"):
+        torch.add(a, a, out=out)
+    assert out.item() == SENTINEL
+    assert torch.add(a, torch.tensor(3.0)).item() == 5.0
