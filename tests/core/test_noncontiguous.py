@@ -2,8 +2,8 @@
 
 For each OpInfo of ``op_db`` that runs at float32 on CPU, the first samples are
 made noncontiguous (``SampleInput.noncontiguous()``, as PyTorch's
-``test_noncontiguous_samples`` does) and run on CPU and on neuron with the same
-seed; outputs and input gradients must agree. Samples CPU itself rejects, and
+``test_noncontiguous_samples`` does, on each device so that both get the same
+layout) and run on CPU and on neuron with the same seed; outputs and input gradients must agree. Samples CPU itself rejects, and
 ops whose result is not a function of their inputs, are left out.
 """
 import pytest
@@ -13,17 +13,35 @@ from torch.testing._internal.common_methods_invocations import op_db
 
 MAX_SAMPLES = 3
 SKIP = {"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided",
-        "to_sparse", "sparse.sampled_addmm", "sparse.mm.reduce"}  # sparse: refused by design on neuron
+        "to_sparse", "sparse.sampled_addmm", "sparse.mm"}  # sparse: refused by design on neuron
+# Ops whose sample keeps a tensor on CPU by design, on every device.
+CPU_ARGS = {"tensor_split": "its indices tensor must be on CPU"}
 OPS = [op for op in op_db if op.name not in SKIP and torch.float32 in op.supported_dtypes("cpu")]
 
 
 def _to(obj, device):
+    moved = {}  # one copy per tensor: a sample may pass the same tensor twice
+
     def move(t):
-        r = t.detach().to(device)
-        r.requires_grad_(t.requires_grad)
-        return r
+        if id(t) not in moved:
+            moved[id(t)] = t.detach().to(device).requires_grad_(t.requires_grad)
+        return moved[id(t)]
 
     return pytree.tree_map_only(torch.Tensor, move, obj)
+
+
+def _names_device(sample):
+    """The sample places its result itself (device="cpu", .to("cpu"), ...)."""
+    leaves = pytree.tree_leaves((sample.args, sample.kwargs))
+    return any(isinstance(v, torch.device) or (isinstance(v, str) and v.startswith("cpu")) for v in leaves)
+
+
+def _same(a, b):
+    if a.layout != torch.strided:
+        return True
+    if a.dtype == torch.complex32:
+        a, b = a.to(torch.complex64), b.to(torch.complex64)
+    return torch.equal(a, b) or (a.is_floating_point() and torch.allclose(a, b, equal_nan=True))
 
 
 def _run(op, parts, seed):
@@ -46,20 +64,27 @@ def _run(op, parts, seed):
 def test_noncontiguous_matches_cpu(op):
     grad = op.supports_autograd
     ran = 0
+    if op.name in CPU_ARGS:
+        pytest.skip(CPU_ARGS[op.name])
     for i, sample in enumerate(op.sample_inputs("cpu", torch.float32, requires_grad=grad)):
         if ran == MAX_SAMPLES:
             break
-        sample = sample.noncontiguous()
+        if not any(isinstance(t, torch.Tensor) for t in pytree.tree_leaves((sample.input, sample.args, sample.kwargs))):
+            continue  # a factory: no input to make noncontiguous
+        if _names_device(sample):
+            continue
+        # The same noncontiguous layout on both devices (moving a view would compact it).
+        neuron_sample = sample.transform(lambda t: _to(t, "neuron") if isinstance(t, torch.Tensor) else t)
+        sample, neuron_sample = sample.noncontiguous(), neuron_sample.noncontiguous()
         parts = (sample.input, sample.args, sample.kwargs)
         try:
             expected = _run(op, parts, 1234 + i)
             again = _run(op, _to(parts, "cpu"), 1234 + i)
         except Exception:
             continue  # CPU rejects this sample
-        if not all(torch.equal(a, b) or (a.is_floating_point() and torch.allclose(a, b, equal_nan=True))
-                   for a, b in zip(expected[0], again[0]) if a.layout == torch.strided):
+        if not all(_same(a, b) for a, b in zip(expected[0], again[0])):
             continue  # nondeterministic on CPU
-        got = _run(op, _to(parts, "neuron"), 1234 + i)
+        got = _run(op, (neuron_sample.input, neuron_sample.args, neuron_sample.kwargs), 1234 + i)
         ran += 1
         for g, e in zip(got, expected):
             assert len(g) == len(e)
