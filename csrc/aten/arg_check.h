@@ -13,6 +13,10 @@ namespace neuron {
 
 [[noreturn]] inline void device_mismatch(const OpMeta& meta, const c10::FunctionSchema& schema, size_t arg,
                                          const at::Device& bad, const at::Device& expected) {
+  // An out= tensor elsewhere: CUDA's words for it (structured kernels' check).
+  if (schema.arguments()[arg].is_out())
+    TORCH_CHECK(false, "Expected out tensor to have device ", expected, ", but got ", bad, " instead (",
+                schema.arguments()[arg].name(), " of ", meta.name, ")");
   TORCH_CHECK(false, "Expected all tensors to be on the same device, but got ", schema.arguments()[arg].name(),
               " is on ", bad, ", different from other tensors on ", expected, " (when checking argument in method ",
               meta.name, ")");
@@ -40,11 +44,18 @@ class ArgCheck {
                                   ")");
       return true;
     }
-    if (!(t.device().type() == c10::kCPU && (t.dim() == 0 || allow_cpu)) && bad_arg_ < 0) {
+    // A 0-dim CPU tensor passes as a scalar operand, never as one the op writes.
+    const bool cpu_scalar = t.device().type() == c10::kCPU && t.dim() == 0 && !writes(i);
+    if (!(cpu_scalar || (t.device().type() == c10::kCPU && allow_cpu)) && bad_arg_ < 0) {
       bad_arg_ = i;
       bad_device_ = t.device();
     }
     return false;
+  }
+
+  bool writes(int i) const {
+    const auto* alias = schema_.arguments()[i].alias_info();
+    return alias != nullptr && alias->isWrite();
   }
 
   // A `device=neuron[:i]` argument.

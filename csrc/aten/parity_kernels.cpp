@@ -111,6 +111,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("native_dropout", TORCH_FN(neuron::neuron_native_dropout));
   m.impl("histc", torch::CppFunction::makeFromBoxedFunction<&neuron::neuron_histc>());
   m.impl("histc.out", torch::CppFunction::makeFromBoxedFunction<&neuron::neuron_histc>());
+  // mode.values is a composite that refuses device types other than CPU, CUDA
+  // and XPU; run it as CPU runs it.
+  m.impl("mode.values", torch::CppFunction::makeFromBoxedFunction<&neuron::cpu_fallback>());
   // Composites that route by device type to kernels that do not exist here.
   m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&neuron::neuron_convolution>());
   m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&neuron::neuron_convolution>());

@@ -7,7 +7,10 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstdint>
 #include <cstdlib>
+#include <string>
 
 namespace neuron {
 namespace {
@@ -50,6 +53,8 @@ void lazy_init() {
               "multiprocessing, use the 'spawn' start method");
   if (g_initialized.load(std::memory_order_acquire)) return;
   runtime();
+  // A rank without a core fails at its first device use, not later.
+  (void)current_device();
   g_initialized.store(true, std::memory_order_release);
 }
 
@@ -63,14 +68,33 @@ namespace {
 std::atomic<int> g_device{-1};
 thread_local int tl_device = -1;
 
+// Under torchrun each rank owns neuron:LOCAL_RANK from start-up. A rank
+// without a core of its own is refused, as the real runtime refuses a second
+// process on a core: silently sharing neuron:0 would hide a launch error.
 int initial_device() {
-  // Under torchrun each rank owns neuron:LOCAL_RANK from start-up.
-  if (const char* lr = std::getenv("LOCAL_RANK")) {
-    char* end = nullptr;
-    long r = std::strtol(lr, &end, 10);
-    if (end != lr && r >= 0 && r < device_count()) return static_cast<int>(r);
-  }
-  return 0;
+  const char* lr = std::getenv("LOCAL_RANK");
+  if (lr == nullptr) return 0;
+  char* end = nullptr;
+  errno = 0;
+  const long r = std::strtol(lr, &end, 10);
+  TORCH_CHECK_VALUE(end != lr && *end == '\0' && errno == 0 && r >= 0 && r <= INT32_MAX, "LOCAL_RANK='", lr,
+                    "' is not a non-negative integer. torchrun sets LOCAL_RANK to the process's rank on its node, "
+                    "which selects its NeuronCore (neuron:LOCAL_RANK); unset LOCAL_RANK or set it to an integer.");
+  const int n = device_count();
+  if (r < n) return static_cast<int>(r);
+  const char* share = std::getenv("TORCH_NEURONX_ALLOW_CORE_SHARING");
+  if (share != nullptr && std::string(share) == "1") return static_cast<int>(r % n);
+  const auto& info = runtime().instance();
+  std::string cores;
+  for (const auto& c : info.visible) cores += (cores.empty() ? "" : ",") + std::to_string(c.logical_id);
+  TORCH_CHECK(false, "LOCAL_RANK=", r, " has no NeuronCore: this process sees ", n, " NeuronCore", n == 1 ? "" : "s",
+              " (logical cores ", cores, ") of ", info.instance_type,
+              ", and each rank on a node owns one core (neuron:LOCAL_RANK). Launch at most ", n,
+              " processes per node (torchrun --nproc_per_node=", n,
+              "), or make more cores visible (NEURON_RT_VISIBLE_CORES, NEURON_RT_NUM_CORES, "
+              "NEURON_LOGICAL_NC_CONFIG, TORCH_NEURONX_INSTANCE_TYPE), or set TORCH_NEURONX_ALLOW_CORE_SHARING=1 to "
+              "let ranks share cores (rank r uses neuron:r % ",
+              n, "; the simulator only, real hardware refuses).");
 }
 }  // namespace
 
