@@ -97,7 +97,7 @@ def test_out_on_another_device_raises(op):
     # On the right device: CPU's values, whatever the out tensors' layout.
     for make in (torch.zeros_like, _noncontiguous, lambda t: t.new_empty(0)):
         cpu_out = pytree.tree_map_only(torch.Tensor, make, expected)
-        neuron_out = pytree.tree_map_only(torch.Tensor, lambda t: make(t.to("neuron")), expected)
+        neuron_out = pytree.tree_map_only(torch.Tensor, lambda t, make=make: make(t.to("neuron")), expected)
         try:
             torch.manual_seed(0)
             op(cpu_sample.input, *cpu_sample.args, out=cpu_out, **cpu_sample.kwargs)
