@@ -18,7 +18,7 @@ def test_compiled_packing_sft_compiles_once_and_counts_like_dynamo(tmp_path):
     args = parse_args(["--compile", "--steps", "4", "--layers", "1", "--hidden-size", "32", "--heads", "2",
                        "--batch-size", "2", "--seq-len", "32", "--no-progress"])
     text = load_corpus()
-    tokenizer = train_tokenizer(text, vocab_size=256)
+    tokenizer = train_tokenizer(text, vocab_size=300)
     torch.manual_seed(0)
     model = LlamaForCausalLM(tiny_llama_config(tokenizer, hidden_size=32, layers=1, heads=2, max_positions=64))
     config = _sft_config(args, str(tmp_path))

@@ -257,6 +257,10 @@ def main(argv=None) -> int:
         print(f"  compile:          {c['graphs_compiled']} graphs, {c['compile_seconds']:.1f} s, cache hits/misses "
               f"{c['cache_hits']}/{c['cache_misses']}, recompilations {c['num_recompilations']}, "
               f"graph breaks {c['graph_breaks']}")
+        for r in compile_metrics["recompilations"]:
+            print(f"    recompiled {r['graph']}: {r['reason'].splitlines()[0][:120]}")
+        for reason, n in compile_metrics["graph_break_reasons"].items():
+            print(f"    {n}x graph break: {reason.splitlines()[0][:120]}")
 
     plot = os.path.join(work, "loss.png")
     save_loss_plot(train_curve, [(0, loss_before), (args.steps, loss_after)], plot,
