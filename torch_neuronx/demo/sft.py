@@ -160,8 +160,16 @@ def main(argv=None) -> int:
     n_params = sum(p.numel() for p in model.parameters())
 
     config = _sft_config(args, os.path.join(work, "trainer"))
+    from transformers import TrainerCallback
+
+    step_ends: list[float] = []
+
+    class _StepClock(TrainerCallback):
+        def on_step_end(self, *a, **k):
+            step_ends.append(time.perf_counter())
+
     trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, eval_dataset=dataset,
-                         processing_class=tokenizer)
+                         processing_class=tokenizer, callbacks=[_StepClock()])
     device = trainer.args.device
     if on_neuron:
         device = torch.device("neuron", torch.neuron.current_device())
@@ -235,6 +243,9 @@ def main(argv=None) -> int:
         "bf16": args.bf16,
         "compile": args.compile,
         "peak_memory_bytes": peak,
+        # steady state: the first step includes compiling (or loading) the graphs
+        "seconds_per_step_after_first": (round((step_ends[-1] - step_ends[0]) / (len(step_ends) - 1), 4)
+                                         if len(step_ends) > 1 else None),
     }
     if compile_metrics is not None:
         summary["compile_metrics"] = {k: compile_metrics[k] for k in (
@@ -245,6 +256,8 @@ def main(argv=None) -> int:
     print(f"  training:         {args.steps} steps, {tokens:,} tokens in {train_seconds:.1f} s")
     print(f"  tokens/s:         {tokens / train_seconds:,.0f} (train), "
           f"{summary['generate_tokens_per_second']} (generate)")
+    if summary["seconds_per_step_after_first"] is not None:
+        print(f"  step time:        {summary['seconds_per_step_after_first'] * 1e3:.0f} ms per step after the first")
     print(f"  loss before:      {loss_before:.4f} (on the corpus)")
     print(f"  loss after:       {loss_after:.4f} (on the corpus; last logged training loss "
           f"{train_curve[-1][1] if train_curve else float('nan'):.4f})")
