@@ -498,7 +498,7 @@ def current_recompile_reason() -> str | None:
     return getattr(ctx, "_metrics", {}).get("recompile_reason") if ctx is not None else None
 
 
-_recompile_hook_registered = False
+_recompile_hook = None
 
 
 def on_dynamo_recompile(callback) -> None:
@@ -507,12 +507,14 @@ def on_dynamo_recompile(callback) -> None:
     Dynamo consults its recompile user-context hooks on every frame compile, after
     it has worked out the recompile reason and before it checks the recompile limit,
     so this also sees recompiles that the limit stops before any backend runs.
+    Idempotent; registers again if ``torch._dynamo.reset_recompile_user_contexts()``
+    dropped the hook.
     """
-    global _recompile_hook_registered
-    if _recompile_hook_registered:
+    global _recompile_hook
+    from torch._dynamo.utils import get_hook_for_recompile_user_context, register_hook_for_recompile_user_context
+
+    if _recompile_hook is not None and _recompile_hook in (get_hook_for_recompile_user_context() or ()):
         return
-    _recompile_hook_registered = True
-    from torch._dynamo.utils import register_hook_for_recompile_user_context
 
     def hook() -> str:
         reason = current_recompile_reason()
@@ -521,6 +523,7 @@ def on_dynamo_recompile(callback) -> None:
             callback(cid[0], cid[1], reason)
         return ""
 
+    _recompile_hook = hook
     register_hook_for_recompile_user_context(hook)
 
 
