@@ -502,6 +502,35 @@ def current_recompile_reason() -> str | None:
     return getattr(ctx, "_metrics", {}).get("recompile_reason") if ctx is not None else None
 
 
+_recompile_hook = None
+
+
+def on_dynamo_recompile(callback) -> None:
+    """Call ``callback(frame_id, attempt, reason)`` whenever Dynamo recompiles a frame.
+
+    Dynamo consults its recompile user-context hooks on every frame compile, after
+    it has worked out the recompile reason and before it checks the recompile limit,
+    so this also sees recompiles that the limit stops before any backend runs.
+    Idempotent; registers again if ``torch._dynamo.reset_recompile_user_contexts()``
+    dropped the hook.
+    """
+    global _recompile_hook
+    from torch._dynamo.utils import get_hook_for_recompile_user_context, register_hook_for_recompile_user_context
+
+    if _recompile_hook is not None and _recompile_hook in (get_hook_for_recompile_user_context() or ()):
+        return
+
+    def hook() -> str:
+        reason = current_recompile_reason()
+        cid = current_compile_id()
+        if reason is not None and cid is not None:
+            callback(cid[0], cid[1], reason)
+        return ""
+
+    _recompile_hook = hook
+    register_hook_for_recompile_user_context(hook)
+
+
 def automatic_dynamic_enabled() -> bool:
     import torch._dynamo.config as dcfg
 

@@ -121,6 +121,7 @@ def _dynamic_error(name: str, x) -> NeuronDynamicShapeError:
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs, *, mode=None, options=None):
     """Dynamo backend ``neuron`` (see the module docstring)."""
     glue.install()
+    glue.on_dynamo_recompile(metrics.record_dynamo_recompile)
     opts = _Options(mode, options)
     if glue.user_requested_dynamic():
         raise NeuronCompileOptionError(
@@ -160,7 +161,7 @@ def _note_recompilation(graph_name: str, example_inputs) -> None:
         reason = glue.current_recompile_reason() or (
             "new input shapes" if previous is not None and previous != shapes else "guard failure"
         )
-        metrics.record_recompilation(graph_name, shapes, reason)
+        metrics.record_recompilation(graph_name, shapes, reason, compile_id=(frame_id, attempt))
 
 
 def _cpu_inputs(example_inputs) -> list:
@@ -330,6 +331,8 @@ class _PerShapeGraph:
 
     def __init__(self, gm, opts: _Options, graph_name: str, names: list):
         self.gm, self.opts, self.graph_name, self.names = gm, opts, graph_name, names
+        # Dynamo's recompile that made the graph dynamic: its first static shape fills it in
+        self.compile_id = glue.current_compile_id()
         self.compiled: dict = {}
         self.lock = threading.Lock()
 
@@ -354,6 +357,11 @@ class _PerShapeGraph:
 
         name = f"{self.graph_name}_s{len(self.compiled)}"
         shapes = _shape_sig(args)
-        metrics.record_recompilation(name, shapes, "new input shapes (static specialisation of a dynamic graph)")
+        metrics.record_recompilation(
+            name,
+            shapes,
+            "new input shapes (static specialisation of a dynamic graph)",
+            compile_id=None if self.compiled else self.compile_id,
+        )
         # Inductor takes ownership of (and may mutate) the graph it compiles.
         return _compile(copy.deepcopy(self.gm), list(args), self.opts, name, self.names)

@@ -18,7 +18,8 @@ def _empty() -> dict:
         "cache_hits": 0,  # graphs loaded from the persistent cache
         "cache_misses": 0,  # graphs compiled from scratch (then stored)
         "compile_seconds": 0.0,  # wall time spent compiling
-        "recompilations": [],  # {"graph", "shapes", "reason"}
+        "recompilations": [],  # {"graph", "shapes", "reason", "compiled"}; compiled False: no graph reached the backend
+        "dynamo_recompiles": 0,  # frames Dynamo recompiled (its recompile hook), limit hits included
         "fallbacks": [],  # {"graph", "error"}: graphs run eagerly
         "graphs": [],  # {"graph", "shapes", "seconds", "cache"}
         "cache_discarded": [],  # corrupted cache entries deleted before use
@@ -57,6 +58,8 @@ def get_dynamo_metrics() -> DynamoMetrics:
             breaks[reason] = n
     out["graph_breaks"] = sum(breaks.values())
     out["graph_break_reasons"] = breaks
+    for r in out["recompilations"]:
+        r.pop("_compile_id", None)
     out["num_recompilations"] = len(out["recompilations"])
     return DynamoMetrics(out)
 
@@ -88,9 +91,33 @@ def add_compile_seconds(seconds: float) -> None:
         _state["compile_seconds"] += seconds
 
 
-def record_recompilation(graph: str, shapes, reason: str) -> None:
+def record_dynamo_recompile(frame_id: int, attempt: int, reason: str) -> None:
+    """Dynamo recompiles a frame (its own decision; the backend may never see it)."""
     with _lock:
-        _state["recompilations"].append({"graph": graph, "shapes": shapes, "reason": reason})
+        _state["dynamo_recompiles"] += 1
+        # A placeholder until the backend compiles the graph: one Dynamo stops at its
+        # recompile limit (or a frame without a graph) stays compiled=False.
+        _state["recompilations"].append(
+            {
+                "graph": f"frame_{frame_id}",
+                "shapes": None,
+                "reason": reason,
+                "compiled": False,
+                "_compile_id": (frame_id, attempt),
+            }
+        )
+
+
+def record_recompilation(graph: str, shapes, reason: str, compile_id=None) -> None:
+    """A recompiled graph reached the backend (`compile_id` set: Dynamo's recompile of that id)."""
+    with _lock:
+        if compile_id is not None:
+            for r in reversed(_state["recompilations"]):
+                if r.get("_compile_id") == compile_id:
+                    if not r["compiled"]:  # the first graph of the recompiled frame
+                        r.update(graph=graph, shapes=shapes, compiled=True)
+                    return  # further graphs of a recompiled frame are the same recompile
+        _state["recompilations"].append({"graph": graph, "shapes": shapes, "reason": reason, "compiled": True})
 
 
 def record_fallback(graph: str, error: str) -> None:
@@ -127,6 +154,11 @@ def format_report(m: dict) -> str:
         shown = ", ".join(f"{g['graph']} ({g['cache']})" for g in m["graphs"][:6])
         lines.insert(2, f"    - {shown}{' ...' if len(m['graphs']) > 6 else ''}")
     for r in m["recompilations"]:
+        if not r["compiled"]:
+            lines.append(
+                f"    - {r['graph']} not compiled (Dynamo's recompile limit, or no graph): {r['reason'].splitlines()[0][:160]}"
+            )
+            continue
         shapes = str(r["shapes"])
         shapes = shapes if len(shapes) <= 160 else shapes[:157] + "..."
         lines.append(f"    - {r['graph']}: {r['reason'].splitlines()[0][:160]}; shapes {shapes}")

@@ -108,6 +108,42 @@ def _max_logit_diff(neuron_model, cpu_model, ids) -> float:
     return (a - b).abs().max().item()
 
 
+def _sft_config(args: argparse.Namespace, output_dir: str):
+    """The demo's SFTConfig; with ``--compile`` every batch has one static shape."""
+    from trl import SFTConfig
+
+    return SFTConfig(
+        output_dir=output_dir,
+        max_steps=args.steps,
+        per_device_train_batch_size=args.batch_size,
+        per_device_eval_batch_size=args.batch_size,
+        # eager: sentences packed whole ("bfd"): each restarts at position 0 and attends only to
+        # itself. bfd turns on padding-free batches whose cu_seq_lens change every batch, a new
+        # graph per batch when compiled; so compiled training packs "wrapped" rows of exactly
+        # max_length tokens (the last row padded to it): one static shape, one graph
+        packing=True,
+        packing_strategy="wrapped" if args.compile else "bfd",
+        padding_free=False,
+        pad_to_multiple_of=args.seq_len if args.compile else None,
+        max_length=args.seq_len,
+        learning_rate=args.lr,
+        lr_scheduler_type="cosine",
+        warmup_steps=max(1, min(20, args.steps // 10)),
+        weight_decay=0.1,
+        dataloader_drop_last=True,  # every batch has the same shape: one compiled graph
+        logging_steps=max(1, args.steps // 20),
+        bf16=args.bf16,
+        torch_compile=args.compile,
+        # activation checkpointing (TRL's default) only costs time at this size
+        activation_checkpointing=False,
+        use_cpu=args.device == "cpu",
+        save_strategy="no",
+        report_to="none",
+        seed=args.seed,
+        disable_tqdm=args.no_progress,
+    )
+
+
 def main(argv=None) -> int:
     """Run the demo with command-line arguments `argv` (default: ``sys.argv[1:]``); returns the exit code."""
     args = parse_args(argv)
@@ -118,7 +154,7 @@ def main(argv=None) -> int:
     import torch
     import transformers
     from transformers import AutoModelForCausalLM, LlamaForCausalLM
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTTrainer
 
     from .hf import corpus_dataset, load_corpus, tiny_llama_config, train_tokenizer
 
@@ -146,34 +182,22 @@ def main(argv=None) -> int:
     )
     n_params = sum(p.numel() for p in model.parameters())
 
-    config = SFTConfig(
-        output_dir=os.path.join(work, "trainer"),
-        max_steps=args.steps,
-        per_device_train_batch_size=args.batch_size,
-        per_device_eval_batch_size=args.batch_size,
-        # sentences packed whole into fixed-length sequences ("bfd"): each restarts at position 0
-        # and attends only to itself, so the model learns to start text rather than positions
-        packing=True,
-        packing_strategy="bfd",
-        max_length=args.seq_len,
-        learning_rate=args.lr,
-        lr_scheduler_type="cosine",
-        warmup_steps=max(1, min(20, args.steps // 10)),
-        weight_decay=0.1,
-        dataloader_drop_last=True,  # every batch has the same shape: one compiled graph
-        logging_steps=max(1, args.steps // 20),
-        bf16=args.bf16,
-        torch_compile=args.compile,
-        # activation checkpointing (TRL's default) only costs time at this size
-        activation_checkpointing=False,
-        use_cpu=not on_neuron,
-        save_strategy="no",
-        report_to="none",
-        seed=args.seed,
-        disable_tqdm=args.no_progress,
-    )
+    config = _sft_config(args, os.path.join(work, "trainer"))
+    from transformers import TrainerCallback
+
+    step_ends: list[float] = []
+
+    class _StepClock(TrainerCallback):
+        def on_step_end(self, *a, **k):
+            step_ends.append(time.perf_counter())
+
     trainer = SFTTrainer(
-        model=model, args=config, train_dataset=dataset, eval_dataset=dataset, processing_class=tokenizer
+        model=model,
+        args=config,
+        train_dataset=dataset,
+        eval_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[_StepClock()],
     )
     device = trainer.args.device
     if on_neuron:
@@ -261,6 +285,10 @@ def main(argv=None) -> int:
         "bf16": args.bf16,
         "compile": args.compile,
         "peak_memory_bytes": peak,
+        # steady state: the first step includes compiling (or loading) the graphs
+        "seconds_per_step_after_first": (
+            round((step_ends[-1] - step_ends[0]) / (len(step_ends) - 1), 4) if len(step_ends) > 1 else None
+        ),
     }
     if compile_metrics is not None:
         summary["compile_metrics"] = {
@@ -282,6 +310,8 @@ def main(argv=None) -> int:
         f"  tokens/s:         {tokens / train_seconds:,.0f} (train), "
         f"{summary['generate_tokens_per_second']} (generate)"
     )
+    if summary["seconds_per_step_after_first"] is not None:
+        print(f"  step time:        {summary['seconds_per_step_after_first'] * 1e3:.0f} ms per step after the first")
     print(f"  loss before:      {loss_before:.4f} (on the corpus)")
     print(
         f"  loss after:       {loss_after:.4f} (on the corpus; last logged training loss "
@@ -300,6 +330,10 @@ def main(argv=None) -> int:
             f"{c['cache_hits']}/{c['cache_misses']}, recompilations {c['num_recompilations']}, "
             f"graph breaks {c['graph_breaks']}"
         )
+        for r in compile_metrics["recompilations"]:
+            print(f"    recompiled {r['graph']}: {r['reason'].splitlines()[0][:120]}")
+        for reason, n in compile_metrics["graph_break_reasons"].items():
+            print(f"    {n}x graph break: {reason.splitlines()[0][:120]}")
 
     plot = os.path.join(work, "loss.png")
     save_loss_plot(
