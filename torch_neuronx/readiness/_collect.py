@@ -94,6 +94,19 @@ def _dtype_name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
+def _counters(core: int) -> dict:
+    """The core's allocator counters, read from torch.neuron's memory stats (their one source)."""
+    s = torch.neuron.memory_stats(core)
+    return {
+        "allocated_current": s["allocated_bytes.all.current"],
+        "allocated_peak": s["allocated_bytes.all.peak"],
+        "reserved_current": s["reserved_bytes.all.current"],
+        "reserved_peak": s["reserved_bytes.all.peak"],
+        "num_ooms": s["num_ooms"],
+        "capacity": torch.neuron.mem_get_info(core)[1],
+    }
+
+
 class _FuncInfo:
     __slots__ = ("name", "kind", "flops")
 
@@ -199,7 +212,7 @@ class Collector:
         if _C._is_initialized():
             # the report's peaks are this run's: like a profiler, start them afresh
             for i in range(torch.neuron.device_count()):
-                _C._reset_peak(i)
+                torch.neuron.reset_peak_memory_stats(i)
         fb = _C._fallback_ops()  # fallbacks recorded before the report are not this run's
         self._fb_known = {op: set(r) for op, r in fb.items()}
         self._fb_seen = sum(map(len, fb.values()))
@@ -358,7 +371,7 @@ class Collector:
         """Tensors allocated before the report started (e.g. a model built earlier)."""
         if not _C._is_initialized():
             return
-        if not any(_C._memory_counters(i)["allocated_current"] for i in range(torch.neuron.device_count())):
+        if not any(torch.neuron.memory_allocated(i) for i in range(torch.neuron.device_count())):
             return
         import gc
 
@@ -369,7 +382,7 @@ class Collector:
     def _sample(self, core, force: bool = False) -> None:
         now = time.perf_counter()
         self._next_sample[core] = now + _SAMPLE_S
-        c = _C._memory_counters(core)
+        c = _counters(core)
         series = self._series[core]
         if len(series) < _SERIES_MAX or force:
             series.append((round(now - self._t0, 6), c["allocated_current"], c["reserved_current"]))
@@ -388,7 +401,7 @@ class Collector:
         info = _C._instance_info()
         memory = {}
         for core in sorted(self._series):
-            c = _C._memory_counters(core)
+            c = _counters(core)
             snap = self._snap.get(core, (0, []))
             memory[str(core)] = {
                 "peak_allocated": c["allocated_peak"],
