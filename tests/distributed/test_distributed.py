@@ -192,7 +192,7 @@ def test_two_nodes_ddp_and_fsdp_x_tp_match_single_process():
 @pytest.mark.slow
 def test_two_nodes_sft_example_tp2_fsdp2(tmp_path):
     """examples/sft.py with TP inside a node and FSDP across the two nodes."""
-    from torch_neuronx._hf_demo_utils import build_base_checkpoint
+    from torch_neuronx.demo.hf import build_base_checkpoint
 
     base = build_base_checkpoint(str(tmp_path / "base"))
     outs = torchrun_nodes(2, 2, WORKERS / "sft_mesh_worker.py", 2, 2, base, tmp_path / "out", 3, timeout=900)
@@ -207,7 +207,7 @@ def test_sft_example_tp4_fsdp8_32_ranks_on_trn2_48xlarge(tmp_path):
     """A full trn2.48xlarge (64 logical cores at LNC=2): 32 ranks, TP 4 x FSDP 8, bf16,
     packed, padded to 128; the checkpoint reloads on CPU with the sharded model's logits.
     Prints each rank's host memory."""
-    from torch_neuronx._hf_demo_utils import build_base_checkpoint
+    from torch_neuronx.demo.hf import build_base_checkpoint
 
     base = build_base_checkpoint(str(tmp_path / "base"))
     out = torchrun(

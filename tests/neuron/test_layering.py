@@ -6,7 +6,9 @@ from pathlib import Path
 import torch
 
 PACKAGE = Path(__file__).resolve().parents[2] / "torch_neuronx"
-ALLOWED = {"_C"}  # the C++ core is below the device module
+# The C++ core and the profiler (device events and compiled-graph spans, which sit below
+# every layer that runs ops) are below the device module.
+ALLOWED = {"_C", "profiler"}
 
 
 def _imports_of(path: Path):

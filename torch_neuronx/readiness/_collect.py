@@ -209,10 +209,13 @@ class Collector:
         self._t0 = time.perf_counter()
         self._dynamo0 = _dynamo_metrics()
         self._adopt_existing_tensors()
+        # OOMs before the report are not this run's (the counter is process-wide)
+        self._ooms0 = {}
         if _C._is_initialized():
             # the report's peaks are this run's: like a profiler, start them afresh
             for i in range(torch.neuron.device_count()):
                 torch.neuron.reset_peak_memory_stats(i)
+                self._ooms0[i] = _counters(i)["num_ooms"]
         fb = _C._fallback_ops()  # fallbacks recorded before the report are not this run's
         self._fb_known = {op: set(r) for op, r in fb.items()}
         self._fb_seen = sum(map(len, fb.values()))
@@ -407,7 +410,7 @@ class Collector:
                 "peak_allocated": c["allocated_peak"],
                 "peak_reserved": c["reserved_peak"],
                 "capacity": c["capacity"],
-                "num_ooms": c["num_ooms"],
+                "num_ooms": c["num_ooms"] - self._ooms0.get(core, 0),
                 "series": self._series[core],
                 "top_tensors_at": snap[0],
                 "top_tensors": snap[1],
