@@ -36,6 +36,20 @@ ASSUMPTIONS = (
 _RAMP_AVG = (1 + hw.TENSOR_ENGINE_RAMP_START) / 2
 
 
+def _breakdown_entry(op: str, dtype: str) -> dict:
+    """An empty row of the per-op breakdown (ops and collectives share the layout)."""
+    return {
+        "op": op,
+        "dtype": dtype,
+        "count": 0,
+        "flops": 0,
+        "bytes": 0,
+        "seconds": 0.0,
+        "fixed_seconds": 0.0,
+        "compute_bound_calls": 0,
+    }
+
+
 def core_figures(chip: str, lnc: int) -> dict:
     """The per-logical-core figures the model uses (and prints)."""
     spec = hw.CHIPS[chip]
@@ -154,19 +168,7 @@ def _rank_estimate(raw: dict, fig: dict, prec: str) -> dict:
             terms["fixed"] += parts["fixed"] * n
             bound = "compute" if parts["compute"] >= parts["memory"] else "memory"
             terms[bound] += max(parts["compute"], parts["memory"]) * n
-            e = by_op.setdefault(
-                (name, d),
-                {
-                    "op": name,
-                    "dtype": d,
-                    "count": 0,
-                    "flops": 0,
-                    "bytes": 0,
-                    "seconds": 0.0,
-                    "fixed_seconds": 0.0,
-                    "compute_bound_calls": 0,
-                },
-            )
+            e = by_op.setdefault((name, d), _breakdown_entry(name, d))
             e["count"] += n
             e["flops"] += f * n
             e["bytes"] += b * n
@@ -177,19 +179,7 @@ def _rank_estimate(raw: dict, fig: dict, prec: str) -> dict:
             t, lat, bw = collective_time(fig, name, b, s)
             terms["collective latency"] += lat * n
             terms["collective bandwidth"] += bw * n
-            e = by_op.setdefault(
-                (f"c10d::{name}", d),
-                {
-                    "op": f"c10d::{name}",
-                    "dtype": d,
-                    "count": 0,
-                    "flops": 0,
-                    "bytes": 0,
-                    "seconds": 0.0,
-                    "fixed_seconds": 0.0,
-                    "compute_bound_calls": 0,
-                },
-            )
+            e = by_op.setdefault((f"c10d::{name}", d), _breakdown_entry(f"c10d::{name}", d))
             e["count"] += n
             e["bytes"] += b * n
             e["seconds"] += t * n
