@@ -13,6 +13,9 @@ namespace {
 std::mutex g_track_mu;
 std::map<std::string, std::set<std::string>> g_fallbacks;  // op -> reasons
 std::atomic<int> g_strict{-1};
+// Per thread: an op and the kernels it runs inside it execute on one thread.
+thread_local int64_t t_fallback_calls = 0;
+thread_local std::string t_last_reason;
 
 bool strict_fallback() {
   int s = g_strict.load();
@@ -33,10 +36,14 @@ void record_fallback(OpMeta& meta, const std::string& reason) {
     std::lock_guard<std::mutex> lock(g_track_mu);
     g_fallbacks[meta.name].insert(reason);
   }
+  ++t_fallback_calls;
+  t_last_reason = reason;
   if (!meta.warned.exchange(true)) {
     TORCH_WARN("Operator '", meta.name, "' executed via CPU fallback (", reason, ")");
   }
 }
+
+std::pair<int64_t, std::string> fallback_tick() { return {t_fallback_calls, t_last_reason}; }
 
 std::map<std::string, std::set<std::string>> fallback_ops() {
   std::lock_guard<std::mutex> lock(g_track_mu);

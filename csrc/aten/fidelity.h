@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "aten/op_meta.h"
 
@@ -30,6 +31,9 @@ inline const char* non_native_dtype(at::ScalarType t) {
 // Records a fallback of the op (warning once per op); raises under
 // TORCH_NEURONX_STRICT_FALLBACK=1.
 void record_fallback(OpMeta& meta, const std::string& reason);
+// This thread's count of fallback calls and the reason of the latest one: a
+// caller that runs an op can tell whether it (or a kernel inside it) fell back.
+std::pair<int64_t, std::string> fallback_tick();
 // op -> reasons, since the last clear.
 std::map<std::string, std::set<std::string>> fallback_ops();
 // Forgets counts, fallbacks and warnings; re-reads TORCH_NEURONX_STRICT_FALLBACK.

@@ -174,13 +174,18 @@ def install():
 
 
 def pth_line():
-    """The start-up line that installs the finder in every interpreter (no torch)."""
+    """The start-up line that installs the finder in every interpreter (no torch).
+
+    It does nothing once the checkout it points to is gone, so a moved or deleted
+    source tree never breaks the interpreter's start-up."""
     path = os.path.abspath(__file__)
-    return (
-        "import importlib.util as _u; _s = _u.spec_from_file_location("
-        f"'_torch_neuronx_nki_alias', {path!r}); _m = _u.module_from_spec(_s); "
-        "_s.loader.exec_module(_m); _m.install()\n"
+    body = (
+        f"if os.path.exists({path!r}):\n"
+        "    import importlib.util as u\n"
+        f"    s = u.spec_from_file_location('_torch_neuronx_nki_alias', {path!r})\n"
+        "    m = u.module_from_spec(s); s.loader.exec_module(m); m.install()\n"
     )
+    return f"import os; exec({body!r})\n"
 
 
 def write_pth(site_dir=None):

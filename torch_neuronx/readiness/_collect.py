@@ -149,9 +149,11 @@ class _Mode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        n0 = _C._fallback_tick()[0]
         out = func(*args, **kwargs)
         try:
-            self.c._record(func, args, kwargs, out)
+            n1, reason = _C._fallback_tick()
+            self.c._record(func, args, kwargs, out, reason if n1 != n0 else None)
         except Exception as e:  # never break the user's run; say so in the report
             self.c.errors[f"{func}: {type(e).__name__}: {e}"] += 1
         return out
@@ -186,9 +188,6 @@ class Collector:
         self.graph_breaks: collections.Counter = collections.Counter()
         self.step_recompiles: list[int] = []
         self._funcs: dict = {}
-        self._fb_seen = -1
-        self._fb_known: dict = {}  # op -> reasons already seen in the C++ op tracking
-        self._fb_nested: dict = {}  # op -> reasons of fallbacks inside it
         self._live: dict = {}  # storage data_ptr -> [nbytes, shape, dtype, op, refs, core, weakrefs...]
         self._series: dict = collections.defaultdict(list)  # core -> [(t, allocated, reserved)]
         self._next_sample: dict = collections.defaultdict(float)
@@ -216,9 +215,6 @@ class Collector:
             for i in range(torch.neuron.device_count()):
                 torch.neuron.reset_peak_memory_stats(i)
                 self._ooms0[i] = _counters(i)["num_ooms"]
-        fb = _C._fallback_ops()  # fallbacks recorded before the report are not this run's
-        self._fb_known = {op: set(r) for op, r in fb.items()}
-        self._fb_seen = sum(map(len, fb.values()))
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         self._hook = register_optimizer_step_post_hook(self._on_step)
@@ -256,7 +252,9 @@ class Collector:
         self.ops.append(collections.Counter())
         self.collectives.append(collections.Counter())
 
-    def _record(self, func, args, kwargs, out) -> None:
+    def _record(self, func, args, kwargs, out, fallback=None) -> None:
+        """One op call; ``fallback`` is the reason when it (or a kernel inside it,
+        e.g. the fill_ that aten::ones runs) fell back to CPU."""
         info = self._funcs.get(func)
         if info is None:
             info = self._funcs[func] = _FuncInfo(func)
@@ -298,9 +296,8 @@ class Collector:
                 nbytes += t.nbytes
             flops = int(info.flops(*args, **kwargs, out_val=out)) if info.flops is not None else 0
             self.ops[self.step][(name, dname, kind, flops, nbytes, len(ins) + len(outs))] += 1
-            fb = _C._fallback_ops()
-            if fb:
-                self._check_fallback(name, fb, ins, outs)
+            if fallback is not None:
+                self._record_fallback(name, fallback, ins, outs)
         if outs:  # views too: a view keeps its storage alive
             for t in outs:
                 if t.device.type == "neuron":
@@ -308,34 +305,12 @@ class Collector:
         if time.perf_counter() >= self._next_sample[core]:
             self._sample(core)
 
-    def _check_fallback(self, name, fb, ins, outs) -> None:
-        n = sum(map(len, fb.values()))
-        if n != self._fb_seen:
-            # New entries appeared during this call: some are the kernels this op runs
-            # inside it (aten::ones runs fill_), which this mode does not see.
-            self._fb_seen = n
-            for op, reasons in fb.items():
-                known = self._fb_known.setdefault(op, set())
-                new = set(reasons) - known
-                known.update(new)
-                if op != name and new:
-                    self._fb_nested.setdefault(name, set()).update(new)
-        reasons = sorted(fb.get(name, ())) + sorted(self._fb_nested.get(name, ()))
-        if reasons:
-            self._record_fallback(name, reasons, ins, outs)
-
-    def _record_fallback(self, name, reasons, ins, outs) -> None:
-        # The C++ op tracking names an op's reasons; a call is a fallback when a reason
-        # applies to it: "no Trainium lowering" always, "<dtype> is not native" when
-        # one of its tensors has that dtype.
+    def _record_fallback(self, name, reason, ins, outs) -> None:
+        # "<dtype> is not native" names the dtype; "no Trainium lowering" has none.
         dtypes = {_dtype_name(t.dtype) for t in ins} | {_dtype_name(t.dtype) for t in outs}
-        for reason in reasons:
-            d = reason.split(" ", 1)[0]
-            if reason.startswith("no ") or d in dtypes:
-                dt = d if d in dtypes else "-"
-                key = (name, dt, reason)
-                self.fallbacks.setdefault(key, collections.Counter())[_user_site()] += 1
-                return
+        d = reason.split(" ", 1)[0]
+        key = (name, d if d in dtypes else "-", reason)
+        self.fallbacks.setdefault(key, collections.Counter())[_user_site()] += 1
 
     def _record_collective(self, func, args, kwargs, out, dname) -> None:
         from torch.distributed._tools.fake_collectives import CollectiveOp
