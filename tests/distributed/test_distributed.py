@@ -124,6 +124,17 @@ def test_single_rank_group_uses_one_gloo_for_both_devices(single_rank_group):
     dist.barrier(device_ids=[0])
 
 
+def test_ddp_collects_time_stats_on_neuron(single_rank_group):
+    # DDP's reducer times iterations with the timer registered for its parameters' device;
+    # without one it warned "only collected for CPU and CUDA" and reported no times.
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4).to("neuron"))
+    for _ in range(2):
+        model(torch.randn(2, 4, device="neuron")).sum().backward()
+    stats = model._get_ddp_logging_data()
+    for key in ("avg_forward_compute_time", "avg_backward_compute_time", "avg_backward_comm_time"):
+        assert stats.get(key, 0) > 0, (key, stats.get(key))
+
+
 def test_mixed_devices_raise_clear_error(single_rank_group):
     with pytest.raises(RuntimeError, match=r"neuron.*cpu|cpu.*neuron"):
         dist.all_gather([torch.empty(2)], torch.ones(2, device="neuron"))

@@ -36,10 +36,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=8, help="packed sequences per step (default: %(default)s)")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per packed sequence (default: %(default)s)")
     p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate, cosine schedule (default: %(default)s)")
-    p.add_argument("--vocab-size", type=int, default=512, help="BPE vocabulary trained on the corpus")
-    p.add_argument("--hidden-size", type=int, default=128)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--heads", type=int, default=4)
+    p.add_argument(
+        "--vocab-size",
+        type=int,
+        default=512,
+        help="size of the BPE vocabulary trained on the corpus (default: %(default)s)",
+    )
+    p.add_argument("--hidden-size", type=int, default=128, help="Llama hidden size (default: %(default)s)")
+    p.add_argument("--layers", type=int, default=2, help="Llama decoder layers (default: %(default)s)")
+    p.add_argument("--heads", type=int, default=4, help="attention heads (default: %(default)s)")
     p.add_argument(
         "--bf16",
         action=argparse.BooleanOptionalAction,
@@ -51,12 +56,19 @@ def parse_args(argv=None) -> argparse.Namespace:
         action="store_true",
         help="torch.compile the training step (the Trainer's --torch_compile: backend 'neuron')",
     )
-    p.add_argument("--device", choices=["neuron", "cpu"], default="neuron", help="'cpu' to compare")
+    p.add_argument(
+        "--device",
+        choices=["neuron", "cpu"],
+        default="neuron",
+        help="run on neuron, or on cpu to compare (default: %(default)s)",
+    )
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help="prompt for generation (default: %(default)r)")
     p.add_argument("--max-new-tokens", type=int, default=60, help="tokens to generate (default: %(default)s)")
     p.add_argument("--samples", type=int, default=3, help="texts to sample from the prompt (default: %(default)s)")
     p.add_argument("--corpus", default=None, help="train on this UTF-8 text file instead of the built-in corpus")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of weights, data order and sampling (default: %(default)s)"
+    )
     p.add_argument(
         "--out",
         default=None,
