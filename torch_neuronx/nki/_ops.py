@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _cost_model as cm
 from . import _dtypes as dt
-from . import _math
+from . import _kwcheck, _math
 from . import _rules as rules
 from ._context import current_run
 from ._errors import NKIBufferError, NKIShapeError, NKITileSizeError, _fail
@@ -421,7 +421,11 @@ class Op:
         self.reduce_ufunc = _math.REDUCE_UFUNC.get(name)
         self.__doc__ = f"nl.{name}: elementwise, executed on the {engine} Engine."
 
-    def __call__(self, *args, dtype=None, mask=None, **kwargs):
+    def __call__(self, *args, **kwargs):
+        for key in kwargs:
+            if key not in ("dtype", "mask"):
+                raise _kwcheck.unexpected_keyword(f"nl.{self.name}", key, ("dtype", "mask"))
+        dtype, mask = kwargs.get("dtype"), kwargs.get("mask")
         if len(args) != self.arity:
             raise TypeError(f"nl.{self.name} takes {self.arity} tile argument(s)")
         return elementwise(f"nl.{self.name}", self.engine, self.fn, list(args), dtype, mask)
