@@ -314,3 +314,70 @@ def test_loop_reduce_errors(body, exc, match):
     exec(compile(src, filename, "exec"), ns)
     with pytest.raises(exc, match=match):
         nki.simulate_kernel(ns["k"], np.zeros((8, 8), np.float32))
+
+
+def test_access_patterns_read_and_write():
+    @nki.jit
+    def k(a):
+        p, f = a.shape
+        out = nl.ndarray((p, 3, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        rows = nl.ndarray((p // 2, f // 2), dtype=nl.float32, buffer=nl.shared_hbm)
+        scattered = nl.ndarray((2 * p, f), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        s = nl.ndarray((p, 3, 4), dtype=nl.float32, buffer=nl.sbuf)
+        # SBUF: each partition's 12 elements read as [4, 3] and written as [3, 4]
+        nisa.tensor_copy(dst=s, src=t.ap(pattern=[[f, p], [1, 3], [3, 4]], offset=0))
+        nl.store(out, s)
+        # HBM source: odd rows, even columns
+        nisa.dma_copy(dst=rows, src=a.ap(pattern=[[2 * f, p // 2], [2, f // 2]], offset=f))
+        # HBM destination: every other row of a taller tensor (the rest is written next)
+        nisa.dma_copy(dst=scattered.ap(pattern=[[2 * f, p], [1, f]], offset=0), src=t)
+        nisa.dma_copy(dst=scattered.ap(pattern=[[2 * f, p], [1, f]], offset=f), src=nl.negative(t))
+        return out, rows, scattered
+
+    a = _x(8, 12)
+    out, rows, scattered = k(a)
+    np.testing.assert_array_equal(out, a.reshape(8, 4, 3).transpose(0, 2, 1))
+    np.testing.assert_array_equal(rows, a[1::2, 0::2])
+    np.testing.assert_array_equal(scattered[0::2], a)
+    np.testing.assert_array_equal(scattered[1::2], -a)
+
+
+def test_access_pattern_pooling_view():
+    # the average-pool tutorial's 5-D window view of a [C, H, W] tile, reduced over the window
+    @nki.jit
+    def pool(x, k):
+        c, h, w = x.shape
+        out = nl.ndarray((c, h // k, w // k), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((c, h, w), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        windows = t.ap([[h * w, c], [k * w, h // k], [k, w // k], [w, k], [1, k]])
+        s = nl.sum(windows, axis=[3, 4])
+        r = nl.ndarray(s.shape, dtype=s.dtype, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=r, data=s, op0=nl.multiply, operand0=1.0 / (k * k))
+        nisa.dma_copy(dst=out, src=r)
+        return out
+
+    x = _x(16, 12, 8)
+    np.testing.assert_allclose(pool(x, 2), x.reshape(16, 6, 2, 4, 2).mean(axis=(2, 4)), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "expr, exc, match",
+    [
+        ("t.ap(pattern=[[12, 4], [1, 13]])", nki.NKIShapeError, "stay inside a partition"),
+        ("t.ap(pattern=[[6, 8], [1, 6]])", nki.NKIShapeError, "step whole partitions"),
+        ("a.ap(pattern=[[12, 8], [1, 12]], offset=1)", nki.NKIIndexError, "reaches element 96"),
+        ("a.ap(pattern=[[12, 8], [1, 12]], scalar_offset=t)", NotImplementedError, "scalar_offset= .* not simulated"),
+        ("a.ap(pattern=[[12, 8], [1, 12]], dtype=nl.bfloat16)", NotImplementedError, "dtype="),
+    ],
+)
+def test_access_pattern_errors(expr, exc, match):
+    @nki.jit
+    def k(a):
+        t = nl.load(a)
+        eval(expr)  # noqa: S307 (the parametrised access pattern)
+
+    with pytest.raises(exc, match=match):
+        k(np.zeros((8, 12), np.float32))

@@ -338,6 +338,71 @@ class TensorView:
     def view(self, dtype):
         raise NotImplementedError("NkiTensor.view: bit-cast views are not simulated")
 
+    def ap(self, pattern, offset=0, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
+        """A hardware access pattern over this tensor: ``pattern`` is ``[[step, num], ...]``
+        (the first pair walks partitions); element ``(i0, i1, ...)`` is the tensor's element
+        number ``offset + sum(i_k * step_k)`` counted row-major from the start of this view.
+        """
+        where = f"tensor '{self.name}'.ap"
+        for arg, value in (("scalar_offset", scalar_offset), ("vector_offset", vector_offset), ("dtype", dtype)):
+            if value is not None:
+                raise NotImplementedError(
+                    f"{where}: {arg}= (dynamic/indirect offsets and bit-cast access patterns) is not simulated"
+                )
+        del indirect_dim  # only meaningful with scalar_offset / vector_offset
+        try:
+            pairs = [(int(step), int(num)) for step, num in pattern]
+        except (TypeError, ValueError):
+            raise NKIShapeError(f"{where}: pattern must be a list of [step, num] pairs, got {pattern!r}") from None
+        if not pairs or any(num < 1 for _, num in pairs):
+            raise NKIShapeError(f"{where}: pattern {pattern!r} needs at least one [step, num] pair with num >= 1")
+        data = self._storage.data
+        if self._adv is not None or self._oob is not None or (self.buffer in ON_CHIP and self._storage.pdim != 0):
+            raise NotImplementedError(
+                f"{where}: access patterns over an index-array view or a block tensor (partition "
+                f"axis not first) are not simulated; apply .ap() to the tensor itself"
+            )
+        base = self._first_element()
+        flat = np.full((), base + int(offset), np.int64)
+        for k, (step, num) in enumerate(pairs):
+            shape = [1] * len(pairs)
+            shape[k] = num
+            flat = flat + (np.arange(num, dtype=np.int64) * step).reshape(shape)
+        if self.buffer in ON_CHIP and data.ndim > 1:
+            row = data.size // data.shape[0]
+            start = base + int(offset)
+            free = start % row + (flat[0:1] - start)  # the free-axis terms of partition 0
+            p_step = pairs[0][0]
+            if (pairs[0][1] > 1 and p_step % row) or free.min() < 0 or free.max() >= row:
+                raise NKIShapeError(
+                    f"{where}: on-chip pattern {pattern!r} must step whole partitions ({row} elements) "
+                    f"with its first pair and stay inside a partition with the others"
+                )
+        lo, hi = int(flat.min()), int(flat.max())
+        if lo < 0 or hi >= data.size:
+            raise NKIIndexError(
+                f"{where}: pattern {pattern!r} with offset {offset} reaches element {lo if lo < 0 else hi} "
+                f"of a tensor of {data.size} elements"
+            )
+        adv = tuple(np.unravel_index(flat, data.shape))
+        pdim = 0 if self.buffer in ON_CHIP else None
+        return self._new_view(data, pdim, adv=adv, init=self._storage.init)
+
+    def _first_element(self):
+        """Row-major element number of this view's first element within its storage."""
+        data, view = self._storage.data, self._view
+        if view.size == 0:
+            return 0
+        delta = view.__array_interface__["data"][0] - data.__array_interface__["data"][0]
+        if delta == 0:
+            return 0
+        if not data.flags.c_contiguous:
+            raise NotImplementedError(
+                f"tensor '{self.name}'.ap on a slice of a non-contiguous kernel argument is not "
+                f"simulated; pass a contiguous array or apply .ap() to the whole tensor"
+            )
+        return delta // data.itemsize
+
 
 def _squeeze(shape):
     return tuple(s for s in shape if s != 1)
