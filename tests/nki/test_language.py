@@ -376,8 +376,7 @@ def test_access_pattern_pooling_view():
 def test_access_pattern_errors(expr, exc, match):
     @nki.jit
     def k(a):
-        t = nl.load(a)
-        eval(expr)  # noqa: S307 (the parametrised access pattern)
+        eval(expr, {"nl": nl}, {"a": a, "t": nl.load(a)})  # noqa: S307 (the parametrised access pattern)
 
     with pytest.raises(exc, match=match):
         k(np.zeros((8, 12), np.float32))
