@@ -247,6 +247,8 @@ def finish(result, dst, instr, accumulate=False, mask=None):
         raise TypeError(f"{instr}: operand 'dst' must be a tile, got {type(dst).__name__}")
     rules.check_on_chip(instr, "dst", dst)
     vals = result._read(instr, "result") if isinstance(result, TensorView) else result
+    if isinstance(result, TensorView) and result.buffer == "psum":
+        current_run().release_transient(result._storage)
     if accumulate:
         vals = dst._read(instr, "dst", mask).astype(np.float32) + align(vals, dst.shape)
     dst._write(instr, "dst", vals, mask)

@@ -12,6 +12,7 @@ The arithmetic operators live on the ``NkiTensor`` subclass in ``_ops``.
 import numpy as np
 
 from . import _dtypes as dt
+from ._context import current_run
 from ._errors import NKIIndexError, NKIShapeError, NKIUninitializedError, _fail
 
 BUFFERS = ("hbm", "shared_hbm", "private_hbm", "sbuf", "psum")
@@ -23,7 +24,7 @@ class par_dim(int):
 
 
 class _Storage:
-    __slots__ = ("data", "init", "buffer", "dtype", "name", "pdim", "written", "__weakref__")
+    __slots__ = ("data", "init", "buffer", "dtype", "name", "pdim", "written", "psum_key", "__weakref__")
 
     def __init__(self, data, buffer, dtype, name, pdim, init=None):
         self.data = data
@@ -33,6 +34,7 @@ class _Storage:
         self.name = name
         self.pdim = pdim
         self.written = False
+        self.psum_key = None  # set for a PSUM block tensor: its liveness record in the run
 
 
 def _is_index_array(k):
@@ -258,10 +260,29 @@ class TensorView:
                 f"(nl.load, nisa.memset, nl.zeros, an instruction's dst) or mask the access",
             )
 
+    def _touch_blocks(self, write):
+        """Tell the run which blocks of a PSUM block tensor this access spans."""
+        st = self._storage
+        run = current_run(required=False)
+        if run is None or self._view.size == 0:
+            return
+        base = self._view.__array_interface__["data"][0] - st.data.__array_interface__["data"][0]
+        strides = self._view.strides
+        if self._adv is None:
+            lo = base
+            hi = base + sum((n - 1) * s for n, s in zip(self._view.shape, strides))
+        else:
+            lo = base + sum(int(a.min()) * s for a, s in zip(self._adv, strides))
+            hi = base + sum(int(a.max()) * s for a, s in zip(self._adv, strides))
+        block_bytes = st.data.strides[st.pdim - 1]
+        run.touch_psum_blocks(st.psum_key, lo // block_bytes, hi // block_bytes, write)
+
     def _read(self, instr, operand, mask=None):
         """Values of this view as a NumPy array (dtype-rounded host storage)."""
         self._check_oob(instr, operand, mask)
         self._check_init(instr, operand, mask)
+        if self._storage.psum_key is not None:
+            self._touch_blocks(write=False)
         if self._adv is None:
             return self._view
         if mask is None:
@@ -292,6 +313,8 @@ class TensorView:
             )
         values = dt.round_to(values, self.dtype)
         self._storage.written = True
+        if self._storage.psum_key is not None:
+            self._touch_blocks(write=True)
         m = None if mask is None else np.broadcast_to(np.asarray(mask, bool), self.shape)
         if self._adv is None:
             if m is None:
