@@ -1,5 +1,7 @@
 """Semantics of nki.language / nki.isa in the simulator, checked against NumPy/torch."""
 
+import linecache
+
 import numpy as np
 import pytest
 import torch
@@ -236,3 +238,145 @@ def test_kernel_called_from_kernel_is_inlined():
 def test_unknown_platform_target(bad):
     with pytest.raises(ValueError, match="unknown platform_target"):
         nki.get_hardware(bad)
+
+
+def test_loop_reduce_accumulates_into_the_assigned_tile():
+    @nki.jit
+    def k(a):
+        n_outer, n_inner = a.shape[0], a.shape[1]
+        out = nl.ndarray((n_outer, 128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        for o in nl.affine_range(n_outer):
+            s = nl.zeros((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+            m = nl.full((128, 64), -3.0, dtype=nl.float32, buffer=nl.sbuf)
+            for i in nl.affine_range(n_inner):
+                t = nl.load(a[o, i])
+                s = nl.loop_reduce(t, op=np.add, loop_indices=[i], dtype=nl.float32)
+                m = nl.loop_reduce(
+                    t,
+                    nl.maximum,
+                    (o, i),
+                )
+            nl.store(out[o], nl.subtract(s, m))
+        return out
+
+    a = _x(2, 3, 128, 64)
+    # m starts at -3.0 (its tile before the loop), so values below it never win
+    np.testing.assert_allclose(k(a), a.sum(1) - np.maximum(a.max(1), -3.0), rtol=1e-6, atol=1e-6)
+
+
+def test_loop_reduce_into_a_subscript_across_k_blocks():
+    # the blocked-matmul pattern: each K block accumulates in PSUM, then loop_reduce adds
+    # the block into its slice of an SBUF accumulator
+    @nki.jit
+    def k(lhsT, rhs):
+        n_kb, kb, m = lhsT.shape[0] // 256, 2, lhsT.shape[1]
+        n = rhs.shape[1]
+        out = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.shared_hbm)
+        z = nl.zeros((2, nl.par_dim(m), n // 2), dtype=nl.float32, buffer=nl.sbuf)
+        for k2 in nl.affine_range(n_kb):
+            for j in nl.affine_range(2):
+                acc = nl.zeros((m, n // 2), dtype=nl.float32, buffer=nl.psum)
+                for k1 in nl.affine_range(kb):
+                    r0 = (k2 * kb + k1) * 128
+                    a_t = nl.load(lhsT[r0 : r0 + 128, :])
+                    b_t = nl.load(rhs[r0 : r0 + 128, j * (n // 2) : (j + 1) * (n // 2)])
+                    acc += nisa.nc_matmul(a_t, b_t)
+                z[j, :, :] = nl.loop_reduce(acc, op=np.add, loop_indices=[k2], dtype=nl.float32)
+        for j in nl.affine_range(2):
+            nl.store(out[:, j * (n // 2) : (j + 1) * (n // 2)], z[j])
+        return out
+
+    lhsT, rhs = _x(768, 64), _x(768, 256)
+    np.testing.assert_allclose(k(lhsT, rhs), lhsT.T @ rhs, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    "body, exc, match",
+    [
+        ("b = nl.loop_reduce(t, np.subtract, [0])", NotImplementedError, "only commutative operators"),
+        ("nl.store(out, nl.loop_reduce(t, np.add, [0]))", NotImplementedError, "assignment the call"),
+        ("c = nl.loop_reduce(t, np.add, [0])", TypeError, "destination 'c' must hold the accumulator tile"),
+        ("b = nl.loop_reduce(t, np.add, ['i'])", TypeError, "loop_indices must be loop indices"),
+    ],
+)
+def test_loop_reduce_errors(body, exc, match):
+    src = (
+        "def k(a):\n"
+        "    out = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+        "    t = nl.load(a)\n"
+        "    b = nl.zeros((8, 8), dtype=nl.float32, buffer=nl.sbuf)\n"
+        f"    {body}\n"
+        "    return out\n"
+    )
+    ns = {"nl": nl, "np": np}
+    filename = f"<loop_reduce_errors {body}>"
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)  # as IPython does
+    exec(compile(src, filename, "exec"), ns)
+    with pytest.raises(exc, match=match):
+        nki.simulate_kernel(ns["k"], np.zeros((8, 8), np.float32))
+
+
+def test_access_patterns_read_and_write():
+    @nki.jit
+    def k(a):
+        p, f = a.shape
+        out = nl.ndarray((p, 3, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        rows = nl.ndarray((p // 2, f // 2), dtype=nl.float32, buffer=nl.shared_hbm)
+        scattered = nl.ndarray((2 * p, f), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        s = nl.ndarray((p, 3, 4), dtype=nl.float32, buffer=nl.sbuf)
+        # SBUF: each partition's 12 elements read as [4, 3] and written as [3, 4]
+        nisa.tensor_copy(dst=s, src=t.ap(pattern=[[f, p], [1, 3], [3, 4]], offset=0))
+        nl.store(out, s)
+        # HBM source: odd rows, even columns
+        nisa.dma_copy(dst=rows, src=a.ap(pattern=[[2 * f, p // 2], [2, f // 2]], offset=f))
+        # HBM destination: every other row of a taller tensor (the rest is written next)
+        nisa.dma_copy(dst=scattered.ap(pattern=[[2 * f, p], [1, f]], offset=0), src=t)
+        nisa.dma_copy(dst=scattered.ap(pattern=[[2 * f, p], [1, f]], offset=f), src=nl.negative(t))
+        return out, rows, scattered
+
+    a = _x(8, 12)
+    out, rows, scattered = k(a)
+    np.testing.assert_array_equal(out, a.reshape(8, 4, 3).transpose(0, 2, 1))
+    np.testing.assert_array_equal(rows, a[1::2, 0::2])
+    np.testing.assert_array_equal(scattered[0::2], a)
+    np.testing.assert_array_equal(scattered[1::2], -a)
+
+
+def test_access_pattern_pooling_view():
+    # the average-pool tutorial's 5-D window view of a [C, H, W] tile, reduced over the window
+    @nki.jit
+    def pool(x, k):
+        c, h, w = x.shape
+        out = nl.ndarray((c, h // k, w // k), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((c, h, w), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        windows = t.ap([[h * w, c], [k * w, h // k], [k, w // k], [w, k], [1, k]])
+        s = nl.sum(windows, axis=[3, 4])
+        r = nl.ndarray(s.shape, dtype=s.dtype, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=r, data=s, op0=nl.multiply, operand0=1.0 / (k * k))
+        nisa.dma_copy(dst=out, src=r)
+        return out
+
+    x = _x(16, 12, 8)
+    np.testing.assert_allclose(pool(x, 2), x.reshape(16, 6, 2, 4, 2).mean(axis=(2, 4)), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "expr, exc, match",
+    [
+        ("t.ap(pattern=[[12, 4], [1, 13]])", nki.NKIShapeError, "stay inside a partition"),
+        ("t.ap(pattern=[[6, 8], [1, 6]])", nki.NKIShapeError, "step whole partitions"),
+        ("a.ap(pattern=[[12, 8], [1, 12]], offset=1)", nki.NKIIndexError, "reaches element 96"),
+        ("a.ap(pattern=[[12, 8], [1, 12]], scalar_offset=t)", NotImplementedError, "scalar_offset= .* not simulated"),
+        ("a.ap(pattern=[[12, 8], [1, 12]], dtype=nl.bfloat16)", NotImplementedError, "dtype="),
+    ],
+)
+def test_access_pattern_errors(expr, exc, match):
+    @nki.jit
+    def k(a):
+        eval(expr, {"nl": nl}, {"a": a, "t": nl.load(a)})  # noqa: S307 (the parametrised access pattern)
+
+    with pytest.raises(exc, match=match):
+        k(np.zeros((8, 12), np.float32))

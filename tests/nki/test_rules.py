@@ -195,3 +195,35 @@ def test_partition_axis_reduction_rejected():
 def test_api_outside_kernel():
     with pytest.raises(nki.NKIContextError, match="inside a running @nki.jit kernel"):
         nl.zeros((4, 4), nl.float32)
+
+
+def _psum_blocks_kernel(n_live):
+    # a PSUM block tensor declared outside the loop (the attention tutorials' style): each
+    # block is written by one matmul and read n_live - 1 iterations later
+    @nki.jit
+    def k(a, b):
+        n = a.shape[0]
+        out = nl.ndarray((n, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        ps = nl.ndarray((n, nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum, name="scores")
+        bt = nl.load(b)
+        for i in nl.affine_range(n):
+            nisa.nc_matmul(ps[i], nl.load(a[i]), bt)
+            if i >= n_live - 1:
+                nl.store(out[i - (n_live - 1)], ps[i - (n_live - 1)])
+        for j in range(n - n_live + 1, n):
+            nl.store(out[j], ps[j])
+        return out
+
+    return k
+
+
+def test_psum_block_tensor_holds_banks_only_while_blocks_live():
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((12, 64, 128)).astype(np.float32), rng.standard_normal((64, 512)).astype(np.float32)
+    ref = np.einsum("nkm,kf->nmf", a, b)
+    for n_live in (1, 8):  # 12 blocks of one bank each, at most n_live live at once
+        k = _psum_blocks_kernel(n_live)
+        np.testing.assert_allclose(k(a, b), ref, rtol=1e-5, atol=1e-4)
+        assert k.cost_report().psum_peak_banks == n_live
+    with pytest.raises(nki.NKIMemoryError, match=r"9 banks live at once > 8 banks .*'scores' \(9 blocks\)"):
+        _psum_blocks_kernel(9)(a, b)

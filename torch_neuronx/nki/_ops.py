@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _cost_model as cm
 from . import _dtypes as dt
-from . import _math
+from . import _kwcheck, _math
 from . import _rules as rules
 from ._context import current_run
 from ._errors import NKIBufferError, NKIShapeError, NKITileSizeError, _fail
@@ -247,6 +247,8 @@ def finish(result, dst, instr, accumulate=False, mask=None):
         raise TypeError(f"{instr}: operand 'dst' must be a tile, got {type(dst).__name__}")
     rules.check_on_chip(instr, "dst", dst)
     vals = result._read(instr, "result") if isinstance(result, TensorView) else result
+    if isinstance(result, TensorView) and result.buffer == "psum":
+        current_run().release_transient(result._storage)
     if accumulate:
         vals = dst._read(instr, "dst", mask).astype(np.float32) + align(vals, dst.shape)
     dst._write(instr, "dst", vals, mask)
@@ -421,7 +423,11 @@ class Op:
         self.reduce_ufunc = _math.REDUCE_UFUNC.get(name)
         self.__doc__ = f"nl.{name}: elementwise, executed on the {engine} Engine."
 
-    def __call__(self, *args, dtype=None, mask=None, **kwargs):
+    def __call__(self, *args, **kwargs):
+        for key in kwargs:
+            if key not in ("dtype", "mask"):
+                raise _kwcheck.unexpected_keyword(f"nl.{self.name}", key, ("dtype", "mask"))
+        dtype, mask = kwargs.get("dtype"), kwargs.get("mask")
         if len(args) != self.arity:
             raise TypeError(f"nl.{self.name} takes {self.arity} tile argument(s)")
         return elementwise(f"nl.{self.name}", self.engine, self.fn, list(args), dtype, mask)

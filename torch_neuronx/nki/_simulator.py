@@ -108,6 +108,7 @@ def run_kernel(fn, args, kwargs, grid=(), platform_target=None):
             run.program_id = pid
             run._shared_idx = 0
             result = fn(*call_args, **call_kwargs)
+            run.check_psum_liveness()
     finally:
         set_run(prev)
     report = run.ledger.report(

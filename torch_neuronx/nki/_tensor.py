@@ -12,6 +12,7 @@ The arithmetic operators live on the ``NkiTensor`` subclass in ``_ops``.
 import numpy as np
 
 from . import _dtypes as dt
+from ._context import current_run
 from ._errors import NKIIndexError, NKIShapeError, NKIUninitializedError, _fail
 
 BUFFERS = ("hbm", "shared_hbm", "private_hbm", "sbuf", "psum")
@@ -23,7 +24,7 @@ class par_dim(int):
 
 
 class _Storage:
-    __slots__ = ("data", "init", "buffer", "dtype", "name", "pdim", "written", "__weakref__")
+    __slots__ = ("data", "init", "buffer", "dtype", "name", "pdim", "written", "psum_key", "__weakref__")
 
     def __init__(self, data, buffer, dtype, name, pdim, init=None):
         self.data = data
@@ -33,6 +34,7 @@ class _Storage:
         self.name = name
         self.pdim = pdim
         self.written = False
+        self.psum_key = None  # set for a PSUM block tensor: its liveness record in the run
 
 
 def _is_index_array(k):
@@ -258,10 +260,29 @@ class TensorView:
                 f"(nl.load, nisa.memset, nl.zeros, an instruction's dst) or mask the access",
             )
 
+    def _touch_blocks(self, write):
+        """Tell the run which blocks of a PSUM block tensor this access spans."""
+        st = self._storage
+        run = current_run(required=False)
+        if run is None or self._view.size == 0:
+            return
+        base = self._view.__array_interface__["data"][0] - st.data.__array_interface__["data"][0]
+        strides = self._view.strides
+        if self._adv is None:
+            lo = base
+            hi = base + sum((n - 1) * s for n, s in zip(self._view.shape, strides))
+        else:
+            lo = base + sum(int(a.min()) * s for a, s in zip(self._adv, strides))
+            hi = base + sum(int(a.max()) * s for a, s in zip(self._adv, strides))
+        block_bytes = st.data.strides[st.pdim - 1]
+        run.touch_psum_blocks(st.psum_key, lo // block_bytes, hi // block_bytes, write)
+
     def _read(self, instr, operand, mask=None):
         """Values of this view as a NumPy array (dtype-rounded host storage)."""
         self._check_oob(instr, operand, mask)
         self._check_init(instr, operand, mask)
+        if self._storage.psum_key is not None:
+            self._touch_blocks(write=False)
         if self._adv is None:
             return self._view
         if mask is None:
@@ -292,6 +313,8 @@ class TensorView:
             )
         values = dt.round_to(values, self.dtype)
         self._storage.written = True
+        if self._storage.psum_key is not None:
+            self._touch_blocks(write=True)
         m = None if mask is None else np.broadcast_to(np.asarray(mask, bool), self.shape)
         if self._adv is None:
             if m is None:
@@ -337,6 +360,71 @@ class TensorView:
 
     def view(self, dtype):
         raise NotImplementedError("NkiTensor.view: bit-cast views are not simulated")
+
+    def ap(self, pattern, offset=0, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
+        """A hardware access pattern over this tensor: ``pattern`` is ``[[step, num], ...]``
+        (the first pair walks partitions); element ``(i0, i1, ...)`` is the tensor's element
+        number ``offset + sum(i_k * step_k)`` counted row-major from the start of this view.
+        """
+        where = f"tensor '{self.name}'.ap"
+        for arg, value in (("scalar_offset", scalar_offset), ("vector_offset", vector_offset), ("dtype", dtype)):
+            if value is not None:
+                raise NotImplementedError(
+                    f"{where}: {arg}= (dynamic/indirect offsets and bit-cast access patterns) is not simulated"
+                )
+        del indirect_dim  # only meaningful with scalar_offset / vector_offset
+        try:
+            pairs = [(int(step), int(num)) for step, num in pattern]
+        except (TypeError, ValueError):
+            raise NKIShapeError(f"{where}: pattern must be a list of [step, num] pairs, got {pattern!r}") from None
+        if not pairs or any(num < 1 for _, num in pairs):
+            raise NKIShapeError(f"{where}: pattern {pattern!r} needs at least one [step, num] pair with num >= 1")
+        data = self._storage.data
+        if self._adv is not None or self._oob is not None or (self.buffer in ON_CHIP and self._storage.pdim != 0):
+            raise NotImplementedError(
+                f"{where}: access patterns over an index-array view or a block tensor (partition "
+                f"axis not first) are not simulated; apply .ap() to the tensor itself"
+            )
+        base = self._first_element()
+        flat = np.full((), base + int(offset), np.int64)
+        for k, (step, num) in enumerate(pairs):
+            shape = [1] * len(pairs)
+            shape[k] = num
+            flat = flat + (np.arange(num, dtype=np.int64) * step).reshape(shape)
+        if self.buffer in ON_CHIP and data.ndim > 1:
+            row = data.size // data.shape[0]
+            start = base + int(offset)
+            free = start % row + (flat[0:1] - start)  # the free-axis terms of partition 0
+            p_step = pairs[0][0]
+            if (pairs[0][1] > 1 and p_step % row) or free.min() < 0 or free.max() >= row:
+                raise NKIShapeError(
+                    f"{where}: on-chip pattern {pattern!r} must step whole partitions ({row} elements) "
+                    f"with its first pair and stay inside a partition with the others"
+                )
+        lo, hi = int(flat.min()), int(flat.max())
+        if lo < 0 or hi >= data.size:
+            raise NKIIndexError(
+                f"{where}: pattern {pattern!r} with offset {offset} reaches element {lo if lo < 0 else hi} "
+                f"of a tensor of {data.size} elements"
+            )
+        adv = tuple(np.unravel_index(flat, data.shape))
+        pdim = 0 if self.buffer in ON_CHIP else None
+        return self._new_view(data, pdim, adv=adv, init=self._storage.init)
+
+    def _first_element(self):
+        """Row-major element number of this view's first element within its storage."""
+        data, view = self._storage.data, self._view
+        if view.size == 0:
+            return 0
+        delta = view.__array_interface__["data"][0] - data.__array_interface__["data"][0]
+        if delta == 0:
+            return 0
+        if not data.flags.c_contiguous:
+            raise NotImplementedError(
+                f"tensor '{self.name}'.ap on a slice of a non-contiguous kernel argument is not "
+                f"simulated; pass a contiguous array or apply .ap() to the whole tensor"
+            )
+        return delta // data.itemsize
 
 
 def _squeeze(shape):

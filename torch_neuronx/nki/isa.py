@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _cost_model as cm
 from . import _dtypes as dt
-from . import _math, _ops
+from . import _kwcheck, _math, _ops
 from . import _rules as rules
 from . import language as nl
 from ._context import current_run
@@ -199,7 +199,7 @@ def nc_matmul(
     tile_position=(),
     tile_size=(),
     perf_mode=None,
-    **kwargs,
+    name=None,
 ):
     """``stationary.T @ moving`` on the Tensor Engine (stationary [K, M], moving [K, N]).
 
@@ -245,7 +245,7 @@ def _pe_transpose_mode(instr, stationary, moving, dst):
 
 
 @_dst_first(1)
-def nc_transpose(data, engine=engine.unknown, dst=None, **kwargs):
+def nc_transpose(data, engine=engine.unknown, dst=None, name=None):
     """Partition <-> free transpose: Tensor Engine (<=128x128, to PSUM) or Vector (<=32x32)."""
     instr = "nisa.nc_transpose"
     vector = engine is globals()["engine"].vector or (
@@ -275,7 +275,8 @@ def activation(
     dtype=None,
     mask=None,
     dst=None,
-    **kwargs,
+    engine=None,
+    name=None,
 ):
     """``op(data * scale + bias)`` on the Scalar Engine, with optional free-axis reduction
     of the result into ``reduce_res`` ([P, 1])."""
@@ -299,7 +300,9 @@ def activation(
 
 
 @_dst_first(0)
-def activation_reduce(op, data, reduce_op, reduce_res, bias=None, scale=1.0, dtype=None, mask=None, dst=None, **kwargs):
+def activation_reduce(
+    op, data, reduce_op, reduce_res, bias=None, scale=1.0, dtype=None, mask=None, dst=None, name=None
+):
     """:func:`activation` plus a free-axis reduction of its result into ``reduce_res``."""
     return activation(
         op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res, dtype=dtype, mask=mask, dst=dst
@@ -308,7 +311,7 @@ def activation_reduce(op, data, reduce_op, reduce_res, bias=None, scale=1.0, dty
 
 # ----- Vector / GpSimd ------------------------------------------------------------------------
 @_dst_first(2)
-def tensor_tensor(data1, data2, op, engine=engine.unknown, dtype=None, mask=None, dst=None, **kwargs):
+def tensor_tensor(data1, data2, op, engine=engine.unknown, dtype=None, mask=None, dst=None, name=None):
     """Elementwise ``op(data1, data2)`` of two same-shape tiles (Vector or GpSimd)."""
     instr = "nisa.tensor_tensor"
     if isinstance(data1, NkiTensor) and isinstance(data2, NkiTensor):
@@ -336,7 +339,7 @@ def tensor_scalar(
     dtype=None,
     mask=None,
     dst=None,
-    **kwargs,
+    name=None,
 ):
     """``(data op0 operand0) op1 operand1`` with scalar / [P, 1] operands."""
     instr = "nisa.tensor_scalar"
@@ -376,7 +379,7 @@ def tensor_scalar_reduce(
     dtype=None,
     mask=None,
     dst=None,
-    **kwargs,
+    name=None,
 ):
     """:func:`tensor_scalar` with one operator, plus a reduction of the result over all
     free axes into ``reduce_res`` ([P, 1]) (Vector Engine)."""
@@ -393,7 +396,7 @@ def tensor_scalar_reduce(
 
 @_dst_first(1)
 def scalar_tensor_tensor(
-    data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, dtype=None, mask=None, dst=None, **kwargs
+    data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, dtype=None, mask=None, dst=None, name=None
 ):
     """``(data op0 operand0) op1 operand1``: operand0 scalar/[P,1], operand1 a tile."""
     instr = "nisa.scalar_tensor_tensor"
@@ -411,7 +414,7 @@ def scalar_tensor_tensor(
 
 @_dst_first(2)
 def tensor_tensor_scan(
-    data0, data1, initial, op0, op1, reverse0=False, reverse1=False, dtype=None, mask=None, dst=None, **kwargs
+    data0, data1, initial, op0, op1, reverse0=False, reverse1=False, dtype=None, mask=None, dst=None, name=None
 ):
     """Per partition: ``r[:, i] = op1(op0(data0[:, i], r[:, i-1]), data1[:, i])`` with
     ``r[:, -1] = initial`` (scalar or [P, 1]) (Vector Engine)."""
@@ -437,7 +440,7 @@ def tensor_tensor_scan(
 
 
 @_dst_first(0)
-def tensor_reduce(op, data, axis, negate=False, keepdims=False, dtype=None, mask=None, dst=None, **kwargs):
+def tensor_reduce(op, data, axis, negate=False, keepdims=False, dtype=None, mask=None, dst=None, name=None):
     """Reduce ``data`` with ``op`` (nl.add / nl.maximum / ...) along free ``axis``; all
     free axes reduced gives [P, 1]."""
     instr = "nisa.tensor_reduce"
@@ -447,7 +450,7 @@ def tensor_reduce(op, data, axis, negate=False, keepdims=False, dtype=None, mask
 
 
 @_dst_first(0)
-def tensor_partition_reduce(op, data, dtype=None, mask=None, dst=None, **kwargs):
+def tensor_partition_reduce(op, data, dtype=None, mask=None, dst=None, name=None):
     """Reduce across partitions (axis 0) on the GpSimd Engine -> [1, F]."""
     instr = "nisa.tensor_partition_reduce"
     a, d, _ = _ops.operand(data, instr, "data", mask)
@@ -458,28 +461,28 @@ def tensor_partition_reduce(op, data, dtype=None, mask=None, dst=None, **kwargs)
 
 
 @_dst_first(1)
-def tensor_copy(src, engine=engine.unknown, dtype=None, mask=None, dst=None, **kwargs):
+def tensor_copy(src, engine=engine.unknown, dtype=None, mask=None, dst=None, name=None):
     """Copy a tile within SBUF/PSUM (PSUM -> SBUF evacuation), optionally casting."""
     instr = "nisa.tensor_copy"
     return _ops.elementwise(instr, _engine(engine, "Vector"), _math.copy, [src], dtype, mask, dst, names=["src"])
 
 
 @_dst_first(1)
-def tensor_copy_dynamic_src(src, engine=engine.unknown, dtype=None, mask=None, dst=None, **kwargs):
+def tensor_copy_dynamic_src(src, engine=engine.unknown, dtype=None, mask=None, dst=None, name=None):
     """:func:`tensor_copy` whose ``src`` view has a run-time start offset (the simulator
     evaluates offsets eagerly, so any view works)."""
     return tensor_copy(src, engine=engine, dtype=dtype, mask=mask, dst=dst)
 
 
 @_dst_first(1)
-def tensor_copy_dynamic_dst(src, engine=engine.unknown, dtype=None, mask=None, dst=None, **kwargs):
+def tensor_copy_dynamic_dst(src, engine=engine.unknown, dtype=None, mask=None, dst=None, name=None):
     """:func:`tensor_copy` whose ``dst`` view has a run-time start offset."""
     if dst is None:
         raise TypeError("nisa.tensor_copy_dynamic_dst: operand 'dst' is required")
     return tensor_copy(src, engine=engine, dtype=dtype, mask=mask, dst=dst)
 
 
-def tensor_copy_predicated(dst=None, src=None, predicate=None, reverse_pred=False, mask=None, **kwargs):
+def tensor_copy_predicated(dst=None, src=None, predicate=None, reverse_pred=False, mask=None, name=None):
     """Copy ``src`` (tile or scalar) into ``dst`` where ``predicate`` is nonzero (or zero
     with ``reverse_pred``); other ``dst`` elements keep their values (Vector Engine)."""
     instr = "nisa.tensor_copy_predicated"
@@ -504,7 +507,7 @@ def tensor_copy_predicated(dst=None, src=None, predicate=None, reverse_pred=Fals
 
 
 @_dst_first(1)
-def reciprocal(data, dtype=None, mask=None, dst=None, **kwargs):
+def reciprocal(data, dtype=None, mask=None, dst=None, name=None):
     """``1 / data`` on the Vector Engine."""
     return _ops.elementwise("nisa.reciprocal", "Vector", lambda a: 1.0 / a, [data], dtype, mask, dst, names=["data"])
 
@@ -527,21 +530,23 @@ def _pattern_values(instr, pattern, offset, channel_multiplier, p, free_shape):
     return vals.reshape((p,) + tuple(free_shape))
 
 
-def iota(*args, dtype=None, mask=None, dst=None, **kwargs):
+def iota(
+    *args, pattern=None, offset=None, channel_multiplier=None, expr=None, dtype=None, mask=None, dst=None, name=None
+):
     """Generate an integer pattern (GpSimd): ``iota(dst, pattern, offset=0,
     channel_multiplier=0)``, or the older ``iota(expr, dtype)`` of an index expression."""
     instr = "nisa.iota"
     if args and isinstance(args[0], NkiTensor) and dst is None:
         dst, args = args[0], args[1:]
     if dst is not None:
-        pattern = kwargs.pop("pattern", args[0] if args else None)
-        offset = kwargs.pop("offset", args[1] if len(args) > 1 else 0)
-        cm_ = kwargs.pop("channel_multiplier", args[2] if len(args) > 2 else 0)
+        pattern = pattern if pattern is not None else (args[0] if args else None)
+        offset = offset if offset is not None else (args[1] if len(args) > 1 else 0)
+        cm_ = channel_multiplier if channel_multiplier is not None else (args[2] if len(args) > 2 else 0)
         vals = _pattern_values(instr, pattern, int(offset), int(cm_), dst.shape[0], dst.shape[1:])
         _ops.charge_elementwise("GpSimd", instr, dst.shape)
         dst._write(instr, "dst", vals, mask)
         return dst
-    expr = kwargs.pop("expr", args[0] if args else None)
+    expr = expr if expr is not None else (args[0] if args else None)
     dtype = dtype or (args[1] if len(args) > 1 else None)
     vals = np.asarray(expr)
     if vals.ndim == 1:
@@ -550,7 +555,7 @@ def iota(*args, dtype=None, mask=None, dst=None, **kwargs):
     return _ops.new_tile(vals, dt.as_dtype(dtype) or dt.int32, instr)
 
 
-def memset(*args, value=None, dtype=None, engine=engine.unknown, mask=None, dst=None, shape=None, **kwargs):
+def memset(*args, value=None, dtype=None, engine=engine.unknown, mask=None, dst=None, shape=None, name=None):
     """Fill ``dst`` with ``value``: ``memset(dst, value)``; or the older
     ``memset(shape, value, dtype)`` returning a new tile (Vector Engine)."""
     instr = "nisa.memset"
@@ -573,7 +578,20 @@ def memset(*args, value=None, dtype=None, engine=engine.unknown, mask=None, dst=
     return _write_or_new(vals, out_d, dst, instr, mask)
 
 
-def affine_select(*args, dtype=None, mask=None, dst=None, **kwargs):
+def affine_select(
+    *args,
+    pattern=None,
+    channel_multiplier=None,
+    on_true_tile=None,
+    on_false_value=None,
+    cmp_op=None,
+    offset=None,
+    pred=None,
+    dtype=None,
+    mask=None,
+    dst=None,
+    name=None,
+):
     """Select ``on_true_tile`` where an affine predicate holds, else ``on_false_value``
     (GpSimd). Current form: ``affine_select(dst, pattern, channel_multiplier,
     on_true_tile, on_false_value, cmp_op=nl.equal, offset=0)`` with predicate
@@ -587,10 +605,19 @@ def affine_select(*args, dtype=None, mask=None, dst=None, **kwargs):
         and not (len(args) > 1 and isinstance(args[1], NkiTensor))
     ):
         dst, args = args[0], args[1:]
-    if dst is not None or "pattern" in kwargs:
+    given = {
+        "pattern": pattern,
+        "channel_multiplier": channel_multiplier,
+        "on_true_tile": on_true_tile,
+        "on_false_value": on_false_value,
+        "cmp_op": cmp_op,
+        "offset": offset,
+    }
+    given = {k: v for k, v in given.items() if v is not None}
+    if dst is not None or pattern is not None:
         names = ["pattern", "channel_multiplier", "on_true_tile", "on_false_value", "cmp_op", "offset"]
         vals = dict(zip(names, args))
-        vals.update(kwargs)
+        vals.update(given)
         on_true = vals["on_true_tile"]
         a, d, _ = _ops.operand(on_true, instr, "on_true_tile", mask)
         aff = _pattern_values(
@@ -599,10 +626,10 @@ def affine_select(*args, dtype=None, mask=None, dst=None, **kwargs):
         cmp = _op_fn(vals.get("cmp_op", nl.equal), instr, "cmp_op")
         pred = np.asarray(cmp(aff, 0), bool)
     else:
-        pred, on_true, on_false = (list(args) + [None] * 3)[:3]
-        pred = kwargs.get("pred", pred)
-        on_true = kwargs.get("on_true_tile", on_true)
-        vals = {"on_false_value": kwargs.get("on_false_value", on_false)}
+        pos_pred, on_true, on_false = (list(args) + [None] * 3)[:3]
+        pred = pos_pred if pred is None else pred
+        on_true = given.get("on_true_tile", on_true)
+        vals = {"on_false_value": given.get("on_false_value", on_false)}
         a, d, _ = _ops.operand(on_true, instr, "on_true_tile", mask)
         if isinstance(pred, NkiTensor):
             pred, _, _ = _ops.operand(pred, instr, "pred")
@@ -627,7 +654,7 @@ def range_select(
     on_false_value=nl.fp32.min,
     dtype=None,
     dst=None,
-    **kwargs,
+    name=None,
 ):
     """Keep elements whose free index + ``range_start`` passes both comparisons with the
     per-partition bounds, else ``on_false_value``; max-reduce into ``reduce_res``."""
@@ -658,7 +685,7 @@ def select_reduce(
     reverse_pred=False,
     dtype=None,
     dst=None,
-    **kwargs,
+    name=None,
 ):
     """``where(predicate, on_true, on_false)`` (on_false scalar or [P, 1]), with an optional
     max reduction into ``reduce_res`` (Vector Engine)."""
@@ -686,7 +713,7 @@ def select_reduce(
 
 
 @_dst_first(1)
-def max8(src, dtype=None, mask=None, dst=None, **kwargs):
+def max8(src, dtype=None, mask=None, dst=None, name=None):
     """The 8 largest values of each partition, descending, as [P, 8] (Vector Engine)."""
     instr = "nisa.max8"
     a, d, _ = _ops.operand(src, instr, "src", mask)
@@ -719,7 +746,7 @@ def _check8(instr, data, vals):
 
 
 @_dst_first(2)
-def nc_find_index8(data, vals, dtype=None, dst=None, **kwargs):
+def nc_find_index8(data, vals, dtype=None, dst=None, name=None):
     """Index of the first occurrence of each of the 8 ``vals`` per partition (duplicates
     take successive occurrences); all-ones when absent. uint32 by default."""
     instr = "nisa.nc_find_index8"
@@ -739,7 +766,7 @@ def nc_find_index8(data, vals, dtype=None, dst=None, **kwargs):
 
 
 @_dst_first(2)
-def nc_match_replace8(data, vals, imm, dst_idx=None, dtype=None, dst=None, **kwargs):
+def nc_match_replace8(data, vals, imm, dst_idx=None, dtype=None, dst=None, name=None):
     """``data`` with the first occurrence of each of the 8 ``vals`` per partition replaced
     by ``imm`` (vals matched from last to first); their indices go to ``dst_idx``."""
     instr = "nisa.nc_match_replace8"
@@ -762,7 +789,7 @@ def nc_match_replace8(data, vals, imm, dst_idx=None, dtype=None, dst=None, **kwa
 
 
 @_dst_first(2)
-def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, dst=None, **kwargs):
+def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, dst=None, name=None):
     """GpSimd gather: each core of 16 partitions flattens its index slice (partition
     first) and every partition gathers ``num_elem_per_idx`` contiguous elements at each
     index (an element offset into its flattened free axes)."""
@@ -797,14 +824,14 @@ def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, 
 
 
 @_dst_first(1)
-def dropout(data, prob, dtype=None, dst=None, **kwargs):
+def dropout(data, prob, dtype=None, dst=None, name=None):
     """Zero each element with probability ``prob`` (scalar or [P, 1]); no rescale."""
     res = nl.dropout(data, prob, dtype=dtype or (dst.dtype if dst is not None else None))
     return _ops.finish(res, dst, "nisa.dropout")
 
 
 @_dst_first(1)
-def nc_stream_shuffle(src, shuffle_mask, dst=None, **kwargs):
+def nc_stream_shuffle(src, shuffle_mask, dst=None, name=None):
     """Cross-partition move within each 32-partition quadrant: output partition i of a
     quadrant copies input partition ``shuffle_mask[i]`` (255 leaves it unmodified)."""
     instr = "nisa.nc_stream_shuffle"
@@ -856,7 +883,7 @@ def sendrecv(*args, **kwargs):
 
 
 @_dst_first(1)
-def bn_stats(data, dtype=None, mask=None, dst=None, **kwargs):
+def bn_stats(data, dtype=None, mask=None, dst=None, name=None):
     """Per-partition mean/variance statistics of a [P, F<=512] tile (Vector Engine).
 
     The 6 output values per partition hold (count, mean, variance) of the even and the
@@ -887,7 +914,7 @@ def bn_stats(data, dtype=None, mask=None, dst=None, **kwargs):
 
 
 @_dst_first(1)
-def bn_aggr(data, dtype=None, mask=None, dst=None, **kwargs):
+def bn_aggr(data, dtype=None, mask=None, dst=None, name=None):
     """Combine :func:`bn_stats` groups [P, 6*k] into [P, 2] = (mean, variance)."""
     instr = "nisa.bn_aggr"
     a, d, _ = _ops.operand(data, instr, "data", mask)
@@ -922,7 +949,16 @@ def _in_bounds(t):
 
 
 def dma_copy(
-    dst=None, src=None, mask=None, dge_mode=None, oob_mode=None, dst_rmw_op=None, priority=None, engine=None, name=None
+    dst=None,
+    src=None,
+    mask=None,
+    dge_mode=None,
+    oob_mode=None,
+    dst_rmw_op=None,
+    priority=None,
+    engine=None,
+    unique_indices=True,
+    name=None,
 ):
     """Copy between HBM and SBUF (either direction, HBM->HBM or SBUF->SBUF) on a DMA engine.
 
@@ -967,7 +1003,7 @@ def dma_copy(
 _DMA_T_PERM = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
 
 
-def dma_transpose(dst=None, src=None, axes=None, mask=None, dge_mode=None, **kwargs):
+def dma_transpose(dst=None, src=None, axes=None, mask=None, dge_mode=None, name=None):
     """Transpose ``src`` into ``dst`` on the DMA engines: 2-D (1, 0), 3-D (2, 1, 0),
     4-D (3, 1, 2, 0), or the permutation ``axes``; 2- or 4-byte dtypes."""
     instr = "nisa.dma_transpose"
@@ -996,3 +1032,6 @@ def dma_transpose(dst=None, src=None, axes=None, mask=None, dge_mode=None, **kwa
     dst._write(instr, "dst", vals.reshape(dst.shape), mask)
     _ops.charge_dma(instr, _dma_bytes(dst, src, int(np.prod(dst.shape))))
     return dst
+
+
+_kwcheck.install(globals(), "nisa", open_ended=("core_barrier", "sendrecv"))

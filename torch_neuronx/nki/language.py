@@ -10,8 +10,8 @@ import builtins as _b
 
 import numpy as np
 
+from . import _callsite, _kwcheck, _math, _ops
 from . import _dtypes as _dt
-from . import _math, _ops
 from . import _rules as _r
 from ._context import current_run
 from ._dtypes import (  # noqa: F401
@@ -84,7 +84,7 @@ class fp32:
 
 
 # ----- tensor creation ----------------------------------------------------------
-def ndarray(shape, dtype=float32, buffer=None, name="", **kwargs):
+def ndarray(shape, dtype=float32, buffer=None, name=""):
     """Allocate an uninitialised tensor of ``shape``/``dtype`` in ``buffer`` (default SBUF).
 
     Reading an element before anything wrote it raises ``NKIUninitializedError``.
@@ -144,7 +144,7 @@ def shared_constant(constant, dtype=None):
     return t
 
 
-def shared_identity_matrix(n, dtype=uint8, dst=None, **kwargs):
+def shared_identity_matrix(n, dtype=uint8, dst=None, name=None):
     """An [n, n] identity matrix in SBUF (``dst`` if given)."""
     d = _dt.as_dtype(dtype)
     eye = np.eye(n, dtype=np.float32)
@@ -195,17 +195,17 @@ class _MGrid:
 mgrid = _MGrid()
 
 
-def affine_range(*args, **kwargs):
+def affine_range(*args):
     """Loop whose iterations are independent (the compiler may reorder/pipeline them)."""
     return range(*args)
 
 
-def sequential_range(*args, **kwargs):
+def sequential_range(*args):
     """Loop with a loop-carried dependency (executed in order)."""
     return range(*args)
 
 
-def static_range(*args, **kwargs):
+def static_range(*args):
     """Loop fully unrolled at trace time."""
     return range(*args)
 
@@ -265,7 +265,7 @@ def nc(n):
 
 
 # ----- data movement ----------------------------------------------------------------
-def load(src, mask=None, dtype=None, **kwargs):
+def load(src, mask=None, dtype=None, name=None):
     """DMA an HBM tensor (view) into a new SBUF tile."""
     instr = "nl.load"
     if not isinstance(src, NkiTensor):
@@ -287,7 +287,7 @@ def load(src, mask=None, dtype=None, **kwargs):
     return out
 
 
-def store(dst, value, mask=None, **kwargs):
+def store(dst, value, mask=None, name=None):
     """DMA an SBUF tile into an HBM tensor (view); bytes are counted in ``dst``'s dtype."""
     instr = "nl.store"
     if not isinstance(dst, NkiTensor) or dst.buffer not in _HBM:
@@ -430,7 +430,7 @@ def random_seed(seed):
     _RNG[0] = np.random.default_rng(int(np.asarray(s).ravel()[0]))
 
 
-def rand(shape, dtype=float32, buffer=None, name="", **kwargs):
+def rand(shape, dtype=float32, buffer=None, name=""):
     """A tile of uniform random values in [0, 1)."""
     t = new_storage(tuple(shape), dtype, buffer or sbuf, name or _ops._name("rand"))
     t._write("nl.rand", "result", _rng().random(tuple(shape)))
@@ -440,7 +440,7 @@ def rand(shape, dtype=float32, buffer=None, name="", **kwargs):
 
 # ----- reductions --------------------------------------------------------------------------
 def _reduction(name, ufunc, post=None):
-    def reduce(x, axis, dtype=None, keepdims=False, mask=None, **kwargs):
+    def reduce(x, axis, dtype=None, keepdims=False, mask=None):
         instr = f"nl.{name}"
         vals, d = _ops.reduce(instr, ufunc, x, axis, keepdims=keepdims, mask=mask)
         if post is not None:
@@ -471,7 +471,7 @@ def _mean_post(vals, x, axis, mask):
     return vals / np.reshape(n, vals.shape) if np.ndim(n) else vals / n
 
 
-def _var(x, axis, dtype=None, keepdims=False, mask=None, **kwargs):
+def _var(x, axis, dtype=None, keepdims=False, mask=None):
     instr = "nl.var"
     mu, d = _ops.reduce(instr, np.add, x, axis, keepdims=True, mask=mask)
     a, _, _ = _ops.operand(x, instr, "x", mask)
@@ -513,7 +513,7 @@ def softmax(x, axis=-1, dtype=None, mask=None):
 
 
 # ----- Tensor Engine -------------------------------------------------------------------------
-def matmul(x, y, transpose_x=False, mask=None, **kwargs):
+def matmul(x, y, transpose_x=False, mask=None):
     """``x @ y`` on the Tensor Engine into a new PSUM fp32 tile.
 
     ``x`` is [M, K] (or [K, M] with ``transpose_x=True``, the layout the Tensor Engine
@@ -523,12 +523,58 @@ def matmul(x, y, transpose_x=False, mask=None, **kwargs):
     return _ops.matmul_nt("nl.matmul", x, y, transpose_x)
 
 
-def transpose(x, dtype=None, mask=None, **kwargs):
+def transpose(x, dtype=None, mask=None):
     """2-D transpose [P, F] -> [F, P] on the Tensor Engine (result in PSUM)."""
     t = _ops.transpose_pe("nl.transpose", x, "x")
     if dtype is not None and _dt.as_dtype(dtype) is not t.dtype:
         return _ops.new_tile(t._view, _dt.as_dtype(dtype), "nl.transpose", buffer=psum)
     return t
+
+
+# ----- loop reductions ----------------------------------------------------------------------
+_NUMPY_REDUCTIONS = {np.sum: np.add, np.prod: np.multiply, np.max: np.maximum, np.min: np.minimum}
+_COMMUTATIVE = (np.add, np.multiply, np.maximum, np.minimum, np.bitwise_and, np.bitwise_or, np.bitwise_xor)
+
+
+def loop_reduce(x, op, loop_indices, dtype=None, mask=None):
+    """``b = nl.loop_reduce(x, op, loop_indices)``: ``b = op(b, x)`` on the Vector Engine.
+
+    The destination (what the assignment target, a name or a subscript such as
+    ``z[m, :, n0:n1]``, holds before the call, e.g. from ``nl.zeros``) is also an
+    operand, as in NKI; the simulator reads it from the assignment the call is the value
+    of. ``loop_indices`` names the loops reduced over (a hint to the compiler; results
+    do not depend on it).
+    """
+    instr = "nl.loop_reduce"
+    idx = loop_indices if isinstance(loop_indices, (tuple, list)) else (loop_indices,)
+    for i in idx:
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"{instr}: loop_indices must be loop indices (ints), got {type(i).__name__}")
+    fn = getattr(op, "reduce_ufunc", None) or _NUMPY_REDUCTIONS.get(op) or _op_fn(op, instr)
+    if fn not in _COMMUTATIVE:
+        raise NotImplementedError(
+            f"{instr}: op {op!r}: NKI documents the destination as the right-hand operand but "
+            f"its equivalent code as the left one, so only commutative operators (add, "
+            f"multiply, maximum, minimum, bitwise and/or/xor) have a defined result"
+        )
+    target, frame = _callsite.assignment_target((__name__, _kwcheck.__name__))
+    if target is None:
+        raise NotImplementedError(
+            f"{instr}: the simulator finds the destination from the assignment the call is "
+            f"the value of; write `b = nl.loop_reduce(x, op, loop_indices)` (or "
+            f"`b[...] = ...`) with a single name or subscript as the target"
+        )
+    try:
+        acc = eval(target, frame.f_globals, frame.f_locals)  # noqa: S307 (the kernel's own target expression)
+    except NameError:
+        acc = None
+    if not isinstance(acc, NkiTensor):
+        raise TypeError(
+            f"{instr}: destination '{target}' must hold the accumulator tile before the loop "
+            f"(e.g. {target} = nl.zeros(shape, dtype=nl.float32, buffer=nl.sbuf)), got "
+            f"{type(acc).__name__}"
+        )
+    return _ops.elementwise(instr, "Vector", fn, [acc, x], dtype, mask, names=[target, "x"])
 
 
 # ----- collectives and atomics ------------------------------------------------------------------
@@ -541,7 +587,7 @@ def all_reduce(*args, **kwargs):
     )
 
 
-def atomic_rmw(dst, value, op, mask=None, **kwargs):
+def atomic_rmw(dst, value, op, mask=None):
     """``dst = op(dst, value)`` on an HBM tensor view, read-modify-write (DMA)."""
     instr = "nl.atomic_rmw"
     if not isinstance(dst, NkiTensor) or dst.buffer not in _HBM:
@@ -584,3 +630,6 @@ def device_print(prefix, x):
 def static_assert(cond, msg=""):
     if not cond:
         raise AssertionError(msg)
+
+
+_kwcheck.install(globals(), "nl", open_ended=("all_reduce",))
