@@ -597,6 +597,8 @@ def compile_graph(gm, example_inputs, *, cache_dir: str, use_cache: bool, on_inn
         "autotune_remote_cache": False,
         "cpp_wrapper": False,
     }
+    if _vector_isas_verified(cache_dir):
+        patches["cpp.vec_isa_ok"] = True
 
     @functools.wraps(compile_fx_inner)
     def inner_compile(gm_, example_inputs_, **kwargs):
@@ -619,6 +621,77 @@ def compile_graph(gm, example_inputs, *, cache_dir: str, use_cache: bool, on_inn
         functorch_config.patch(enable_autograd_cache=use_cache, enable_remote_autograd_cache=False),
     ):
         return compile_fx(gm, example_inputs, inner_compile=inner_compile)
+
+
+_isa_verdicts: dict = {}  # cache_dir -> bool, for this process
+
+
+def _vector_isas_verified(cache_dir: str) -> bool:
+    """Whether every vector ISA this CPU advertises compiles and loads here.
+
+    Inductor finds out in every new process by compiling a probe per ISA and loading it
+    in a child Python (seconds per process, most of a small model's warm-cache compile).
+    The answer depends only on the CPU, the C++ compiler and torch, so it is kept in the
+    compile cache; when it is yes, compiles say so (``cpp.vec_isa_ok``) instead of probing.
+    Every process decides the same way, so the setting (part of Inductor's cache keys)
+    is the same in the process that filled the cache and the ones that hit it.
+    """
+    import hashlib
+    import json
+    import os
+    import platform
+
+    from torch._inductor import config as inductor_config
+    from torch._inductor import cpp_builder, cpu_vec_isa
+
+    if inductor_config.cpp.vec_isa_ok is not None:  # the user decided (TORCHINDUCTOR_VEC_ISA_OK)
+        return False
+    with _lock:
+        if cache_dir in _isa_verdicts:
+            return _isa_verdicts[cache_dir]
+        try:
+            with open("/proc/cpuinfo") as f:
+                flags = next((line for line in f if line.startswith("flags")), "")
+            compiler = cpp_builder.get_cpp_compiler()
+            key = hashlib.sha256(
+                "|".join(
+                    (
+                        torch.__version__,
+                        platform.machine(),
+                        flags,
+                        compiler,
+                        cpp_builder.get_compiler_version_info(compiler),
+                    )
+                ).encode()
+            ).hexdigest()
+        except OSError:  # no /proc/cpuinfo: let Inductor probe
+            _isa_verdicts[cache_dir] = False
+            return False
+        path = os.path.join(cache_dir, "vec_isa_verdicts.json")
+        try:
+            with open(path) as f:
+                known = json.load(f)
+            if not isinstance(known, dict):
+                known = {}
+        except (OSError, ValueError):
+            known = {}
+        verdict = known.get(key)
+        if not isinstance(verdict, bool):
+            with _cache_scope(cache_dir):  # the probes compile into the cache
+                probed = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()]
+            with inductor_config.patch({"cpp.vec_isa_ok": True}):
+                advertised = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list.__wrapped__()]
+            verdict = bool(probed) and probed == advertised
+            known[key] = verdict
+            try:  # atomically: ranks of one job share the cache
+                tmp = f"{path}.{os.getpid()}.tmp"
+                with open(tmp, "w") as f:
+                    json.dump(known, f)
+                os.replace(tmp, path)
+            except OSError:  # a read-only cache: decided again by the next process
+                pass
+        _isa_verdicts[cache_dir] = verdict
+        return verdict
 
 
 _env_lock = threading.RLock()
