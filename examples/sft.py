@@ -94,7 +94,9 @@ def main():
 
     parser = Parser((ExampleArguments, SFTConfig, ModelConfig))
     # defaults for the tiny model and corpus; activation checkpointing (on by default in TRL)
-    # only costs time at this size (--activation_checkpointing true works, compiled too)
+    # only costs time at this size (--activation_checkpointing true works, compiled too; compiled
+    # with --tp_size > 1, add --activation_checkpointing_kwargs '{"selective": true}': PyTorch 2.13
+    # cannot compile full checkpointing of tensor-parallel layers, see docs/huggingface.md)
     parser.set_defaults(
         packing=True,
         packing_strategy="wrapped",

@@ -1,6 +1,10 @@
 """examples/sft.py on a TP x FSDP mesh of any size, eager, bf16, packed, padded to 128.
 
-    torchrun --nproc_per_node=TP*FSDP sft_mesh_worker.py TP FSDP BASE_DIR OUT_DIR STEPS
+    torchrun --nproc_per_node=TP*FSDP sft_mesh_worker.py TP FSDP BASE_DIR OUT_DIR STEPS [SFT OPTION ...]
+
+Options after STEPS go to the example's parser as given (e.g. ``--torch_compile true``); with
+``--activation_checkpointing true`` every decoder layer must then be checkpointed, and with
+``"selective": true`` in ``--activation_checkpointing_kwargs`` through TRL's selective policy.
 
 Trains STEPS steps with the example's SFTTrainer, saves with ``trainer.save_model``; rank 0
 reloads the checkpoint on CPU with plain transformers and compares its logits with the
@@ -52,8 +56,20 @@ def _logits(model, ids):
     return (out.full_tensor() if isinstance(out, DTensor) else out).float().cpu()
 
 
+def _checkpointing(model):
+    """How the decoder layers are checkpointed: "off", "full", or "selective" (a SAC policy)."""
+    layers = model.model.layers
+    if not all(layer.gradient_checkpointing for layer in layers):
+        assert not any(layer.gradient_checkpointing for layer in layers)
+        return "off"
+    policies = {layer._gradient_checkpointing_func.keywords.get("context_fn") is not None for layer in layers}
+    assert len(policies) == 1, "some decoder layers are checkpointed selectively, others not"
+    return "selective" if policies.pop() else "full"
+
+
 def main():
     tp, fsdp, base_dir, out_dir, steps = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
+    options = sys.argv[6:]
     from transformers import AutoModelForCausalLM
     from trl import ModelConfig, SFTConfig, TrlParser
 
@@ -85,6 +101,7 @@ def main():
         str(fsdp),
         "--bf16",
         "true",
+        *options,
     ]
     example_args, training_args, model_args = parser.parse_args_into_dataclasses(argv)
     trainer = ex.build_trainer(example_args, training_args, model_args)
@@ -105,6 +122,11 @@ def main():
     t_train = time.monotonic() - t_train
     mem["trained"] = _mem_mib()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    # the Trainer turns checkpointing on when training starts
+    checkpointing = _checkpointing(trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False))
+    if training_args.activation_checkpointing:
+        selective = (training_args.activation_checkpointing_kwargs or {}).get("selective", False)
+        assert checkpointing == ("selective" if selective else "full"), checkpointing
     assert len(losses) == steps and losses[-1] < losses[0], losses
 
     g = torch.Generator().manual_seed(0)
@@ -139,7 +161,7 @@ def main():
         assert err <= FP32_ATOL, f"CPU reload differs from the sharded model by {err}"
         assert moved > 100 * FP32_ATOL, f"training did not change the logits ({moved})"
         print(
-            f"SFT MESH OK tp={tp} fsdp={fsdp} losses {[round(x, 3) for x in losses]} max|cpu-sharded| {err:.2e} "
+            f"SFT MESH OK tp={tp} fsdp={fsdp} checkpointing {checkpointing} losses {[round(x, 3) for x in losses]} max|cpu-sharded| {err:.2e} "
             f"train {t_train:.0f} s, total {time.monotonic() - T0:.0f} s",
             flush=True,
         )
