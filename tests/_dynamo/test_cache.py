@@ -8,6 +8,10 @@ from helpers import run_python
 _PROGRAM = r"""
 import json, torch
 from torch import nn
+from torch._inductor import cpu_vec_isa
+probes = []  # Inductor's vector-ISA probes: a child process each
+_load = cpu_vec_isa.VecISA._probe_load
+cpu_vec_isa.VecISA._probe_load = lambda self, path: probes.append(str(self)) or _load(self, path)
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4)).to("neuron")
 x = torch.randn(8, 16, device="neuron")
@@ -15,7 +19,7 @@ loss = torch.compile(model, backend="neuron")(x).pow(2).mean()
 loss.backward()
 m = torch.neuron.get_dynamo_metrics()
 print(json.dumps({k: m[k] for k in ("graphs_compiled", "cache_hits", "cache_misses")}
-                 | {"loss": loss.item(), "grad": model[0].weight.grad.sum().item()}))
+                 | {"loss": loss.item(), "grad": model[0].weight.grad.sum().item(), "probes": len(probes)}))
 """
 
 
@@ -36,6 +40,12 @@ def test_second_process_hits_the_cache_unless_disabled(tmp_path):
     # Artifacts live under one versioned directory of the cache root.
     (versioned,) = os.listdir(tmp_path)
     assert versioned.startswith("torch-") and "neuronx-" in versioned
+    # Whether this CPU's vector ISAs all build and load is probed once and kept: a warm
+    # process does not probe them again (unless one failed, when Inductor must decide).
+    with open(tmp_path / versioned / "vec_isa_verdicts.json") as f:
+        (verdict,) = json.load(f).values()
+    assert cold["probes"] > 0
+    assert warm["probes"] < cold["probes"] if verdict else warm["probes"] == cold["probes"]
     before = _tree(tmp_path)
 
     # A warm cache is neither read nor written when the cache is disabled.
