@@ -97,10 +97,17 @@ def op_time(
         # The engine ramps from 50% speed: the first RAMP_S do RAMP_S * avg of the work.
         ramp_work = hw.TENSOR_ENGINE_RAMP_S * _RAMP_AVG
         fixed += min(compute, ramp_work) * (1 / _RAMP_AVG - 1)
+    elif kind == "fused":  # a compiled graph's fused kernel: flops counts its vector operations
+        compute = flops / fig["vector_flops"]
     else:
         itemsize = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "bfloat16": 2, "float16": 2}.get(dtype, 4)
         compute = nbytes / itemsize / fig["vector_flops"]
     return fixed + max(compute, memory), {"fixed": fixed, "compute": compute, "memory": memory}
+
+
+def _graph_dtype(parts: list) -> str:
+    """A compiled graph's row is labelled with the dtype of its matmuls (else of its fused kernel)."""
+    return next((p[1] for p in parts if p[0] == "tensor"), parts[0][1] if parts else "-")
 
 
 _RING = {  # collective -> (ring steps, bytes sent per rank), for n ranks and B bytes
@@ -143,12 +150,15 @@ def estimate(raws: list, chip: str, lnc: int, fp32_precision: str = "highest") -
 
 def _rank_estimate(raw: dict, fig: dict, prec: str) -> dict:
     n_steps = raw["steps"]
-    buckets = list(zip(raw["ops"], raw["collectives"]))
+    parts = raw.get("graph_parts", {})
+    graph_seconds = {g: sum(op_time(fig, *p, prec)[0] for p in ps) for g, ps in parts.items()}
+    buckets = list(zip(raw["ops"], raw["collectives"], raw.get("graphs") or [[]] * len(raw["ops"])))
     step_buckets = buckets[:n_steps] if n_steps else buckets
     seconds = []
-    for ops, colls in buckets:
+    for ops, colls, graphs in buckets:
         t = sum(op_time(fig, k, d, f, b, o, prec)[0] * n for _, d, k, f, b, o, n in ops)
         t += sum(collective_time(fig, name, b, s)[0] * n for name, _, b, s, n in colls)
+        t += sum(graph_seconds[g] * n for g, n in graphs)
         seconds.append(t)
     if n_steps:
         step_seconds = statistics.median(seconds[:n_steps])
@@ -160,7 +170,23 @@ def _rank_estimate(raw: dict, fig: dict, prec: str) -> dict:
         scope = step_buckets
     terms = {"fixed": 0.0, "compute": 0.0, "memory": 0.0, "collective latency": 0.0, "collective bandwidth": 0.0}
     by_op: dict = {}
-    for ops, colls in scope:
+    for ops, colls, graphs in scope:
+        for g, n in graphs:
+            ps = parts[g]
+            e = by_op.setdefault((g, _graph_dtype(ps)), _breakdown_entry(g, _graph_dtype(ps)))
+            e["count"] += n
+            compute = memory = 0.0
+            for k, d, f, b, o in ps:
+                t, p = op_time(fig, k, d, f, b, o, prec)
+                terms["fixed"] += p["fixed"] * n
+                bound = "compute" if p["compute"] >= p["memory"] else "memory"
+                terms[bound] += max(p["compute"], p["memory"]) * n
+                compute, memory = compute + p["compute"], memory + p["memory"]
+                e["flops"] += (f if k == "tensor" else 0) * n  # Tensor Engine FLOPs, as for ops
+                e["bytes"] += b * n
+                e["seconds"] += t * n
+                e["fixed_seconds"] += p["fixed"] * n
+            e["compute_bound_calls"] += n if compute >= memory else 0
         for name, d, k, f, b, o, n in ops:
             t, parts = op_time(fig, k, d, f, b, o, prec)
             if k == "view":
