@@ -184,7 +184,7 @@ def test_new_shape_every_step_is_reported_as_recompiling_every_step(fresh_dynamo
 def test_compiled_graph_cost_parts_have_known_values():
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from torch_neuronx.readiness._collect import graph_parts
+    from torch_neuronx.readiness._collect import _is_dynamic, graph_parts
 
     def f(x, w):
         return torch.nn.functional.gelu(x @ w) * 2 + x.t().sum()  # the view x.t() is seen through
@@ -197,6 +197,10 @@ def test_compiled_graph_cost_parts_have_known_values():
     ops = 2 * m * n + 2 * m * n + (m * k + 1) + (m * n + 1 + m * n)
     # reads the matmul result and x (through the view), writes the graph output; once each
     assert fused == ["fused", "float32", ops, 4 * (m * n + m * k + m * n), 3]
+    # a graph for symbolic shapes has no one cost: its runs are timed op by op
+    assert not _is_dynamic(gm) and _is_dynamic(
+        make_fx(f, tracing_mode="symbolic")(torch.randn(m, k), torch.randn(k, n))
+    )
 
 
 def test_compiled_graphs_are_costed_whole_once_per_run(monkeypatch, fresh_dynamo):

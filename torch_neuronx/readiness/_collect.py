@@ -210,6 +210,17 @@ def graph_parts(gm) -> list:
     return parts
 
 
+def _is_dynamic(gm) -> bool:
+    """A graph compiled for symbolic shapes: one run's cost depends on the sizes it gets."""
+    for node in gm.graph.find_nodes(op="placeholder"):
+        v = node.meta.get("val")
+        if isinstance(v, torch.SymInt) or (
+            isinstance(v, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in v.shape)
+        ):
+            return True
+    return False
+
+
 _PARTS = weakref.WeakKeyDictionary()  # ATen graph -> graph_parts(), computed once per process
 
 
@@ -371,7 +382,7 @@ class Collector:
 
     def _cost_graph(self, filename: str):
         gm = _graphs._gms.get(filename)
-        if gm is None:
+        if gm is None or _is_dynamic(gm):
             return None
         name = f"compiled graph {_graphs._names.get(filename, filename)}"
         while name in self.graph_parts:  # two graphs under one name (e.g. recompiled): keep both

@@ -20,9 +20,16 @@ ASSUMPTIONS = (
     "torch.set_float32_matmul_precision allows it); other ops at the Vector Engine rate, one "
     "operation per element read or written.",
     "memory: every input is read and every output written once from HBM, at the core's share of "
-    "the chip's HBM bandwidth or its DMA engines' peak, whichever is lower; no reuse across ops "
-    "and no fusion (under torch.compile, Inductor's fused kernels are not seen op by op: only "
-    "the ATen ops the compiled code calls, such as matmuls, are timed).",
+    "the chip's HBM bandwidth or its DMA engines' peak, whichever is lower; eager ops are not "
+    "fused and reuse nothing across ops.",
+    "torch.compile: each run of a compiled graph is timed whole from the ATen graph Inductor "
+    "compiled (the ATen ops its generated code calls are not counted again): its matmul-like "
+    "nodes as the ops above; all its other nodes as one fused kernel that keeps intermediates "
+    "on chip, reading the graph inputs and matmul results it uses and writing the graph outputs "
+    "and matmul operands it produces once each (one DMA transfer each), with one Vector Engine "
+    "operation per element each node reads or writes. A graph compiled for dynamic shapes, or "
+    "loaded whole from AOTAutograd's cache before the report started, is timed instead by the "
+    "ATen ops its code calls (matmuls): a lower bound.",
     "fixed: one DMA transfer per operand at the published ~1.3 us fixed cost, plus the Tensor "
     "Engine's ramp from 50% to full speed over ~3 us before each matmul.",
     "Views cost nothing. Ops that would fall back to CPU are timed as if native; their host "
