@@ -203,6 +203,7 @@ def test_compiled_graph_cost_parts_have_known_values():
     )
 
 
+@pytest.mark.slow  # one Inductor compile of a forward and backward graph: ~25 s
 def test_compiled_graphs_are_costed_whole_once_per_run(monkeypatch, fresh_dynamo):
     from torch_neuronx.profiler import _graphs
 
