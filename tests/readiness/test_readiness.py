@@ -249,6 +249,9 @@ def test_compiled_graphs_are_costed_whole_once_per_run(monkeypatch, fresh_dynamo
     # fusion saves HBM traffic and DMA fixed costs, so compiled is faster, but not by 2x here
     assert 0.5 * eager_est["step_seconds"] < est["step_seconds"] < eager_est["step_seconds"]
     assert data["verdict"] == eager["verdict"] == "runs natively"
+    assert _graphs._listener is None  # the report let go of the graphs when it stopped
+    # memory is tracked inside graphs as outside: the buffers their code allocates are seen
+    assert any(t["op"] == "aten::empty_strided" for t in data["memory"][0]["top_tensors"])
 
     # a graph without its ATen graph is timed op by op, as before
     for f in [f for f, n in _graphs._names.items() if n.startswith("graph_0 ")]:
