@@ -181,6 +181,88 @@ def test_new_shape_every_step_is_reported_as_recompiling_every_step(fresh_dynamo
     assert r.report.verdict == "recompiles every step"
 
 
+def test_compiled_graph_cost_parts_have_known_values():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torch_neuronx.readiness._collect import _is_dynamic, graph_parts
+
+    def f(x, w):
+        return torch.nn.functional.gelu(x @ w) * 2 + x.t().sum()  # the view x.t() is seen through
+
+    m, k, n = 8, 16, 4
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(m, k), torch.randn(k, n))
+    mm, fused = graph_parts(gm)
+    assert mm == ["tensor", "float32", 2 * m * k * n, 4 * (m * k + k * n + m * n), 3]
+    # gelu, mul, sum, add: one operation per element each reads or writes
+    ops = 2 * m * n + 2 * m * n + (m * k + 1) + (m * n + 1 + m * n)
+    # reads the matmul result and x (through the view), writes the graph output; once each
+    assert fused == ["fused", "float32", ops, 4 * (m * n + m * k + m * n), 3]
+    # a graph for symbolic shapes has no one cost: its runs are timed op by op
+    assert not _is_dynamic(gm) and _is_dynamic(
+        make_fx(f, tracing_mode="symbolic")(torch.randn(m, k), torch.randn(k, n))
+    )
+
+
+@pytest.mark.slow  # one Inductor compile of a forward and backward graph: ~25 s
+def test_compiled_graphs_are_costed_whole_once_per_run(monkeypatch, fresh_dynamo):
+    from torch_neuronx.profiler import _graphs
+
+    def mlp():
+        torch.manual_seed(0)
+        layers = [torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.LayerNorm(256), torch.nn.Linear(256, 64)]
+        return torch.nn.Sequential(*layers).to("neuron")
+
+    def train(model, steps=3):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with torch_neuronx.readiness() as r:
+            for _ in range(steps):
+                model(x).sum().backward()
+                opt.step()
+                opt.zero_grad()
+        return r.report.data, r.raw()
+
+    names = ["compiled graph graph_0 forward", "compiled graph graph_0 backward"]
+    x = torch.randn(32, 64, device="neuron")
+    compiled = torch.compile(mlp(), backend="neuron")
+    with torch_neuronx.readiness() as r:  # compiled while a report records: costed in it too
+        compiled(x).sum().backward()
+    assert [o["op"] for o in r.report.data["estimates"][0]["ops"][:2]] == names[::-1]
+    # the reports below see the graphs warm: compiled before they started
+    eager, _ = train(mlp())
+    data, raw = train(compiled)
+    est, eager_est = data["estimates"][0], eager["estimates"][0]
+
+    # every step ran each graph once, counted whole: no ATen op of their code is also counted
+    assert [dict(b) for b in raw["graphs"][:3]] == [dict.fromkeys(names, 1)] * 3
+    rows = {o["op"]: o for o in est["ops"]}
+    assert [rows[g]["count"] for g in names] == [1, 1]
+    assert not {"aten::mm.out", "aten::addmm.out"} & set(rows)
+    eager_rows = {o["op"]: o for o in eager_est["ops"]}
+    # the matmuls inside (extern kernels the mode also sees) are counted once, inside their graph
+    assert rows[names[0]]["flops"] == eager_rows["aten::addmm"]["flops"]
+    assert rows[names[1]]["flops"] == eager_rows["aten::mm"]["flops"]
+
+    # the graphs' elementwise work is timed: more than their matmuls alone
+    fig = _estimate.core_figures(est["chip"], est["lnc"])
+    matmuls = sum(_estimate.op_time(fig, *p)[0] for ps in raw["graph_parts"].values() for p in ps if p[0] == "tensor")
+    assert rows[names[0]]["seconds"] + rows[names[1]]["seconds"] > 1.2 * matmuls
+    # fusion saves HBM traffic and DMA fixed costs, so compiled is faster, but not by 2x here
+    assert 0.5 * eager_est["step_seconds"] < est["step_seconds"] < eager_est["step_seconds"]
+    assert data["verdict"] == eager["verdict"] == "runs natively"
+    assert _graphs._listener is None  # the report let go of the graphs when it stopped
+    # memory is tracked inside graphs as outside: the buffers their code allocates are seen
+    assert any(t["op"] == "aten::empty_strided" for t in data["memory"][0]["top_tensors"])
+
+    # a graph without its ATen graph is timed op by op, as before
+    for f in [f for f, n in _graphs._names.items() if n.startswith("graph_0 ")]:
+        monkeypatch.delitem(_graphs._gms, f)
+    data, raw = train(compiled, steps=1)
+    rows = {o["op"]: o for o in data["estimates"][0]["ops"]}
+    assert not any(o.startswith("compiled graph") for o in rows) and raw["graphs"][0] == []
+    assert rows["aten::mm.out"]["flops"] == eager_rows["aten::mm"]["flops"]  # Inductor's extern kernel
+    assert "aten::gelu" not in rows  # Inductor's own kernels are not ATen ops: unseen then
+
+
 # -- torch-neuronx check --------------------------------------------------------
 def test_check_cli_plain_python(tmp_path):
     p, out = _check(tmp_path, sys.executable, str(SCRIPTS / "plain.py"), "--flag", "7")

@@ -579,12 +579,17 @@ def placeholder_examples(gm) -> list:
     return out
 
 
-def compile_graph(gm, example_inputs, *, cache_dir: str, use_cache: bool, on_inner_compile=None):
+def compile_graph(
+    gm, example_inputs, *, cache_dir: str, use_cache: bool, on_inner_compile=None, aot_cache: bool = True
+):
     """Compile an FX graph with Inductor (through AOTAutograd) for device neuron.
 
     ``cache_dir`` becomes Inductor's cache dir for every compile of this graph,
     including the backward graph, which AOTAutograd compiles lazily at the first
     backward; ``on_inner_compile(gm, compiled, is_backward, seconds)`` sees each graph.
+    ``aot_cache=False`` skips AOTAutograd's cache (a hit there returns compiled code
+    without calling Inductor, so ``on_inner_compile`` would not see the graph);
+    Inductor's own cache still spares the C++ compile.
     """
     from torch._functorch import config as functorch_config
     from torch._inductor import config as inductor_config
@@ -608,7 +613,7 @@ def compile_graph(gm, example_inputs, *, cache_dir: str, use_cache: bool, on_inn
         with (
             _cache_scope(cache_dir),
             inductor_config.patch(patches),
-            functorch_config.patch(enable_autograd_cache=use_cache, enable_remote_autograd_cache=False),
+            functorch_config.patch(enable_autograd_cache=use_cache and aot_cache, enable_remote_autograd_cache=False),
         ):
             compiled = compile_fx_inner(gm_, example_inputs_, **kwargs)
         if on_inner_compile is not None:
@@ -618,7 +623,7 @@ def compile_graph(gm, example_inputs, *, cache_dir: str, use_cache: bool, on_inn
     with (
         _cache_scope(cache_dir),
         inductor_config.patch(patches),
-        functorch_config.patch(enable_autograd_cache=use_cache, enable_remote_autograd_cache=False),
+        functorch_config.patch(enable_autograd_cache=use_cache and aot_cache, enable_remote_autograd_cache=False),
     ):
         return compile_fx(gm, example_inputs, inner_compile=inner_compile)
 

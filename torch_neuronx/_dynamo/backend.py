@@ -232,7 +232,7 @@ def _compile(gm, example_inputs: list, opts: _Options, graph_name: str, names: l
 
     def on_inner_compile(inner_gm, compiled, is_backward, seconds):
         kind = "backward" if is_backward else "forward"
-        _profiler_graphs._register(compiled, f"{graph_name} {kind}")
+        _profiler_graphs._register(compiled, f"{graph_name} {kind}", inner_gm)
         if first_call_done:  # AOTAutograd compiles the backward at the first backward()
             metrics.add_compile_seconds(seconds)
             cache.record_entries(opts.model_name)
@@ -250,6 +250,9 @@ def _compile(gm, example_inputs: list, opts: _Options, graph_name: str, names: l
             cache_dir=cache.cache_dir(),
             use_cache=use_cache,
             on_inner_compile=on_inner_compile,
+            # a readiness report costs each graph from its ATen graph, which a hit in
+            # AOTAutograd's cache does not hand back
+            aot_cache=not _profiler_graphs._recording(),
         )
     except Exception as e:
         if glue.is_dynamo_control_exception(e) or isinstance(e, NeuronCompileError):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import heapq
 import logging
+import operator
 import os
 import re
 import sys
@@ -27,6 +28,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import _C
+from ..profiler import _graphs
 
 _TOP_TENSORS = 10
 _SAMPLE_S = 0.002  # memory counters are read at most this often per core (they cost ~8 us)
@@ -137,6 +139,98 @@ def _collective_ops():
     return _COLLECTIVES
 
 
+def _nbytes(v) -> int:
+    return v.numel() * v.element_size() if isinstance(v, torch.Tensor) else 0
+
+
+def graph_parts(gm) -> list:
+    """The cost of one run of a compiled ATen graph, as parts timed like ops:
+    ``[kind, dtype, flops, bytes, operands]`` per matmul-like node (as eager), and one
+    ``"fused"`` part for all other nodes, as one kernel (its flops: vector operations).
+
+    The fused kernel reads from HBM what its nodes take from outside it (graph inputs,
+    matmul results) and writes what leaves it (graph outputs, matmul operands), each once;
+    its intermediates stay on chip. Views cost nothing and are seen through.
+    """
+    from torch.fx.node import map_arg
+
+    cls: dict = {}  # node -> "input" | "output" | "mm" | "view" | "vec" | "other"
+    parts, vec_ops, dtype = [], 0, None
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            cls[node] = "input"
+        elif node.op == "output":
+            cls[node] = "output"
+        elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            info = _FuncInfo(node.target)
+            kind = {"tensor": "mm", "view": "view", "vector": "vec"}.get(info.kind, "other")
+            cls[node] = kind
+            if kind not in ("mm", "vec"):
+                continue
+            args, kwargs = map_arg((node.args, node.kwargs), lambda n: n.meta.get("val"))
+            out = node.meta.get("val")
+            ins = _tensors(kwargs.values(), _tensors(args, []))
+            outs = _tensors(
+                (out,) if isinstance(out, torch.Tensor) else out if isinstance(out, (list, tuple)) else (), []
+            )
+            d = next((t.dtype for t in ins + outs if t.is_floating_point()), None)
+            if kind == "mm":
+                flops = int(info.flops(*args, **kwargs, out_val=out))
+                nbytes = sum(_nbytes(t) for t in ins + outs)
+                parts.append(["tensor", _dtype_name(d or ins[0].dtype), flops, nbytes, len(ins) + len(outs)])
+            else:
+                vec_ops += sum(t.numel() for t in ins + outs)  # one operation per element read or written
+                dtype = dtype or d
+        elif node.op == "call_function" and node.target is operator.getitem:
+            cls[node] = cls.get(node.args[0], "other")  # an output of a multi-output node
+        else:
+            cls[node] = "other"
+
+    def root(n):  # the node whose memory a view chain aliases
+        while cls.get(n) == "view" and n.all_input_nodes:
+            n = n.all_input_nodes[0]
+        return n
+
+    def leaves_fusion(n) -> bool:  # some non-view user outside the fused kernel
+        return any(cls[u] not in ("vec", "view") or (cls[u] == "view" and leaves_fusion(u)) for u in n.users)
+
+    reads, writes = {}, {}
+    for node, c in cls.items():
+        if c != "vec":
+            continue
+        for i in node.all_input_nodes:
+            r = root(i)
+            if cls[r] != "vec":
+                reads[r] = max(reads.get(r, 0), _nbytes(i.meta.get("val")))
+        if isinstance(node.meta.get("val"), torch.Tensor) and leaves_fusion(node):
+            writes[node] = _nbytes(node.meta["val"])
+    if vec_ops or reads or writes:
+        nbytes = sum(reads.values()) + sum(writes.values())
+        parts.append(["fused", _dtype_name(dtype or torch.float32), vec_ops, nbytes, len(reads) + len(writes)])
+    return parts
+
+
+def _is_dynamic(gm) -> bool:
+    """A graph compiled for symbolic shapes: one run's cost depends on the sizes it gets."""
+    for node in gm.graph.find_nodes(op="placeholder"):
+        v = node.meta.get("val")
+        if isinstance(v, torch.SymInt) or (
+            isinstance(v, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in v.shape)
+        ):
+            return True
+    return False
+
+
+_PARTS = weakref.WeakKeyDictionary()  # ATen graph -> graph_parts(), computed once per process
+
+
+def _cached_parts(gm) -> list:
+    parts = _PARTS.get(gm)
+    if parts is None:
+        parts = _PARTS[gm] = graph_parts(gm)
+    return parts
+
+
 class _Mode(TorchDispatchMode):
     def __init__(self, collector):
         super().__init__()
@@ -183,6 +277,11 @@ class Collector:
         self.step = 0
         self.ops: list[collections.Counter] = [collections.Counter()]  # per step: op key -> calls
         self.collectives: list[collections.Counter] = [collections.Counter()]
+        self.graphs: list[collections.Counter] = [collections.Counter()]  # per step: graph name -> runs
+        self.graph_parts: dict = {}  # graph name -> graph_parts() of one run
+        self._graph_names: dict = {}  # generated module file -> graph name (None: not costed)
+        self._tls = threading.local()  # .in_graph: this thread runs a costed compiled graph
+        self._prev_listener = None
         self.fallbacks: dict = {}  # (op, dtype, reason) -> Counter(site)
         self.errors: collections.Counter = collections.Counter()
         self.graph_breaks: collections.Counter = collections.Counter()
@@ -223,6 +322,7 @@ class Collector:
         self._log_handler = _GraphBreakTap(self.graph_breaks, log.isEnabledFor(logging.DEBUG))
         log.addFilter(self._log_handler)
         log.setLevel(logging.DEBUG)  # Dynamo logs graph breaks only to an enabled logger
+        self._prev_listener, _graphs._listener = _graphs._listener, self
         self._mode = _Mode(self)
         self._mode.__enter__()
 
@@ -230,6 +330,7 @@ class Collector:
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
             self._mode = None
+            _graphs._listener = self._prev_listener
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
@@ -251,6 +352,43 @@ class Collector:
         self.step += 1
         self.ops.append(collections.Counter())
         self.collectives.append(collections.Counter())
+        self.graphs.append(collections.Counter())
+
+    def _graph_enter(self, filename: str) -> None:
+        """A compiled graph starts running on this thread: count it whole, with its cost,
+        and not the ATen ops its code calls (a graph without a kept ATen graph, e.g. one
+        loaded whole from AOTAutograd's cache, is counted op by op instead)."""
+        tls = self._tls
+        depth = getattr(tls, "depth", 0)
+        tls.depth = depth + 1
+        if depth:
+            return
+        try:
+            if filename not in self._graph_names:
+                self._graph_names[filename] = self._cost_graph(filename)
+            name = self._graph_names[filename]
+        except Exception as e:  # never break the user's run; say so in the report
+            self.errors[f"costing compiled graph {filename}: {type(e).__name__}: {e}"] += 1
+            name = self._graph_names[filename] = None
+        tls.in_graph = name is not None
+        if name is not None:
+            self.graphs[self.step][name] += 1
+
+    def _graph_exit(self) -> None:
+        tls = self._tls
+        tls.depth -= 1
+        if not tls.depth:
+            tls.in_graph = False
+
+    def _cost_graph(self, filename: str):
+        gm = _graphs._gms.get(filename)
+        if gm is None or _is_dynamic(gm):
+            return None
+        name = f"compiled graph {_graphs._names.get(filename, filename)}"
+        while name in self.graph_parts:  # two graphs under one name (e.g. recompiled): keep both
+            name += "'"
+        self.graph_parts[name] = _cached_parts(gm)
+        return name
 
     def _record(self, func, args, kwargs, out, fallback=None) -> None:
         """One op call; ``fallback`` is the reason when it (or a kernel inside it,
@@ -286,6 +424,9 @@ class Collector:
         dname = _dtype_name(dtype)
         if kind == "collective":
             self._record_collective(func, args, kwargs, out, dname)
+        elif getattr(self._tls, "in_graph", False):
+            if fallback is not None:
+                self._record_fallback(name, fallback, ins, outs)
         elif kind == "view":
             self.ops[self.step][(name, dname, kind, 0, 0, 0)] += 1
         else:
@@ -401,6 +542,8 @@ class Collector:
             "wall_seconds": round(self.wall_seconds, 4),
             "ops": [[list(k) + [n] for k, n in c.items()] for c in self.ops],
             "collectives": [[list(k) + [n] for k, n in c.items()] for c in self.collectives],
+            "graphs": [[[k, n] for k, n in c.items()] for c in self.graphs],
+            "graph_parts": self.graph_parts,
             "fallbacks": [
                 {"op": k[0], "dtype": k[1], "reason": k[2], "count": sum(s.values()), "sites": dict(s.most_common())}
                 for k, s in self.fallbacks.items()

@@ -20,9 +20,16 @@ ASSUMPTIONS = (
     "torch.set_float32_matmul_precision allows it); other ops at the Vector Engine rate, one "
     "operation per element read or written.",
     "memory: every input is read and every output written once from HBM, at the core's share of "
-    "the chip's HBM bandwidth or its DMA engines' peak, whichever is lower; no reuse across ops "
-    "and no fusion (under torch.compile, Inductor's fused kernels are not seen op by op: only "
-    "the ATen ops the compiled code calls, such as matmuls, are timed).",
+    "the chip's HBM bandwidth or its DMA engines' peak, whichever is lower; eager ops are not "
+    "fused and reuse nothing across ops.",
+    "torch.compile: each run of a compiled graph is timed whole from the ATen graph Inductor "
+    "compiled (the ATen ops its generated code calls are not counted again): its matmul-like "
+    "nodes as the ops above; all its other nodes as one fused kernel that keeps intermediates "
+    "on chip, reading the graph inputs and matmul results it uses and writing the graph outputs "
+    "and matmul operands it produces once each (one DMA transfer each), with one Vector Engine "
+    "operation per element each node reads or writes. A graph compiled for dynamic shapes, or "
+    "loaded whole from AOTAutograd's cache before the report started, is timed instead by the "
+    "ATen ops its code calls (matmuls): a lower bound.",
     "fixed: one DMA transfer per operand at the published ~1.3 us fixed cost, plus the Tensor "
     "Engine's ramp from 50% to full speed over ~3 us before each matmul.",
     "Views cost nothing. Ops that would fall back to CPU are timed as if native; their host "
@@ -97,10 +104,17 @@ def op_time(
         # The engine ramps from 50% speed: the first RAMP_S do RAMP_S * avg of the work.
         ramp_work = hw.TENSOR_ENGINE_RAMP_S * _RAMP_AVG
         fixed += min(compute, ramp_work) * (1 / _RAMP_AVG - 1)
+    elif kind == "fused":  # a compiled graph's fused kernel: flops counts its vector operations
+        compute = flops / fig["vector_flops"]
     else:
         itemsize = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "bfloat16": 2, "float16": 2}.get(dtype, 4)
         compute = nbytes / itemsize / fig["vector_flops"]
     return fixed + max(compute, memory), {"fixed": fixed, "compute": compute, "memory": memory}
+
+
+def _graph_dtype(parts: list) -> str:
+    """A compiled graph's row is labelled with the dtype of its matmuls (else of its fused kernel)."""
+    return next((p[1] for p in parts if p[0] == "tensor"), parts[0][1] if parts else "-")
 
 
 _RING = {  # collective -> (ring steps, bytes sent per rank), for n ranks and B bytes
@@ -143,12 +157,15 @@ def estimate(raws: list, chip: str, lnc: int, fp32_precision: str = "highest") -
 
 def _rank_estimate(raw: dict, fig: dict, prec: str) -> dict:
     n_steps = raw["steps"]
-    buckets = list(zip(raw["ops"], raw["collectives"]))
+    parts = raw.get("graph_parts", {})
+    graph_seconds = {g: sum(op_time(fig, *p, prec)[0] for p in ps) for g, ps in parts.items()}
+    buckets = list(zip(raw["ops"], raw["collectives"], raw.get("graphs") or [[]] * len(raw["ops"])))
     step_buckets = buckets[:n_steps] if n_steps else buckets
     seconds = []
-    for ops, colls in buckets:
+    for ops, colls, graphs in buckets:
         t = sum(op_time(fig, k, d, f, b, o, prec)[0] * n for _, d, k, f, b, o, n in ops)
         t += sum(collective_time(fig, name, b, s)[0] * n for name, _, b, s, n in colls)
+        t += sum(graph_seconds[g] * n for g, n in graphs)
         seconds.append(t)
     if n_steps:
         step_seconds = statistics.median(seconds[:n_steps])
@@ -160,7 +177,23 @@ def _rank_estimate(raw: dict, fig: dict, prec: str) -> dict:
         scope = step_buckets
     terms = {"fixed": 0.0, "compute": 0.0, "memory": 0.0, "collective latency": 0.0, "collective bandwidth": 0.0}
     by_op: dict = {}
-    for ops, colls in scope:
+    for ops, colls, graphs in scope:
+        for g, n in graphs:
+            ps = parts[g]
+            e = by_op.setdefault((g, _graph_dtype(ps)), _breakdown_entry(g, _graph_dtype(ps)))
+            e["count"] += n
+            compute = memory = 0.0
+            for k, d, f, b, o in ps:
+                t, p = op_time(fig, k, d, f, b, o, prec)
+                terms["fixed"] += p["fixed"] * n
+                bound = "compute" if p["compute"] >= p["memory"] else "memory"
+                terms[bound] += max(p["compute"], p["memory"]) * n
+                compute, memory = compute + p["compute"], memory + p["memory"]
+                e["flops"] += (f if k == "tensor" else 0) * n  # Tensor Engine FLOPs, as for ops
+                e["bytes"] += b * n
+                e["seconds"] += t * n
+                e["fixed_seconds"] += p["fixed"] * n
+            e["compute_bound_calls"] += n if compute >= memory else 0
         for name, d, k, f, b, o, n in ops:
             t, parts = op_time(fig, k, d, f, b, o, prec)
             if k == "view":
