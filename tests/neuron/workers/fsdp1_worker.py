@@ -15,6 +15,13 @@ from torch.distributed.fsdp import FullStateDictConfig, StateDictType
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
 
+def _say(line):
+    # One write per line: the ranks share one stdout, and print() writes the text and
+    # its newline separately when unbuffered, so two ranks' lines could run together.
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def build():
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 4))
@@ -44,7 +51,7 @@ def main():
         opt.zero_grad()
         loss.backward()
         opt.step()
-        print(f"RANK {rank} STEP {step} LOSS {loss.item():.8e}", flush=True)
+        _say(f"RANK {rank} STEP {step} LOSS {loss.item():.8e}")
 
     # offload_to_cpu only where parameters are not on CPU already (FSDP1 on
     # CPU does not support offloading to where it is).
@@ -65,7 +72,7 @@ def main():
     total = sum(v.double().sum().item() for v in reloaded.values())
     out = fresh(torch.ones(2, 16).to(device))
     assert out.device.type == device_type
-    print(f"RANK {rank} RELOADED {total:.10e} OUT {out.sum().item():.8e}", flush=True)
+    _say(f"RANK {rank} RELOADED {total:.10e} OUT {out.sum().item():.8e}")
     dist.destroy_process_group()
 
 
