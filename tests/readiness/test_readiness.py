@@ -72,7 +72,11 @@ def test_native_run_has_no_fallbacks_and_whole_run_scope():
     assert _op(est, "aten::mm")["flops"] == 2 * 16**3
 
 
-def test_memory_peak_fit_verdict_and_largest_tensors():
+def test_memory_peak_fit_verdict_and_largest_tensors(monkeypatch):
+    from torch_neuronx.readiness import _collect
+
+    # no timed samples after the first: the peak must be caught when it is allocated
+    monkeypatch.setattr(_collect, "_SAMPLE_S", 3600.0)
     torch.neuron.empty_cache()
     with torch_neuronx.readiness(capacity=12 * MiB) as r:
         a = torch.empty(4 * MiB, dtype=torch.uint8, device="neuron")

@@ -291,6 +291,9 @@ class Collector:
         self._series: dict = collections.defaultdict(list)  # core -> [(t, allocated, reserved)]
         self._next_sample: dict = collections.defaultdict(float)
         self._snap: dict = {}  # core -> (allocated, [tensors]) at the highest sampled usage
+        # core -> allocated at the last counter read + bytes of storages first seen since: an
+        # upper bound on usage now, so a new peak is never missed between timed samples
+        self._bound: dict = collections.defaultdict(int)
         self._t0 = 0.0
         self.wall_seconds = 0.0
         self._mode = None
@@ -443,7 +446,10 @@ class Collector:
             for t in outs:
                 if t.device.type == "neuron":
                     self._track(t, name)
-        if time.perf_counter() >= self._next_sample[core]:
+        snap = self._snap.get(core)
+        if time.perf_counter() >= self._next_sample[core] or (
+            snap is not None and self._bound[core] > snap[0] * _PEAK_STEP
+        ):
             self._sample(core)
 
     def _record_fallback(self, name, reason, ins, outs) -> None:
@@ -476,6 +482,7 @@ class Collector:
         entry = self._live.get(ptr)
         if entry is None:
             entry = self._live[ptr] = [st.nbytes(), tuple(t.shape), _dtype_name(t.dtype), op, 0, t.device.index]
+            self._bound[t.device.index] += entry[0]
         entry[4] += 1
         live = self._live
 
@@ -502,6 +509,7 @@ class Collector:
         now = time.perf_counter()
         self._next_sample[core] = now + _SAMPLE_S
         c = _counters(core)
+        self._bound[core] = c["allocated_current"]
         series = self._series[core]
         if len(series) < _SERIES_MAX or force:
             series.append((round(now - self._t0, 6), c["allocated_current"], c["reserved_current"]))
