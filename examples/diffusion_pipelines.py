@@ -124,6 +124,28 @@ def _TextProcessor(tokenizer, chat_template):
     return _text_processor_class()(tokenizer, chat_template=chat_template)
 
 
+# Every VAE here: two small blocks, 4 latent channels (the denoiser, not the VAE, is the workload).
+_SMALL_VAE = dict(
+    block_out_channels=(8, 16),
+    down_block_types=("DownEncoderBlock2D",) * 2,
+    up_block_types=("UpDecoderBlock2D",) * 2,
+    latent_channels=4,
+    norm_num_groups=8,
+)
+
+
+def _flux_blocks(s: _Size) -> dict:
+    """The size of a Flux-family transformer: as many dual- as single-stream blocks."""
+    return dict(
+        patch_size=1,
+        in_channels=16,
+        num_layers=s.layers,
+        num_single_layers=s.layers,
+        attention_head_dim=s.head_dim,
+        num_attention_heads=s.heads,
+    )
+
+
 def _flow_scheduler():
     from diffusers import FlowMatchEulerDiscreteScheduler
 
@@ -149,11 +171,7 @@ def _build_sd(s: _Size):
         out_channels=4,
     )
     vae = AutoencoderKL(
-        block_out_channels=(8, 16),
-        down_block_types=("DownEncoderBlock2D",) * 2,
-        up_block_types=("UpDecoderBlock2D",) * 2,
-        latent_channels=4,
-        norm_num_groups=8,
+        **_SMALL_VAE,
     )
     text_encoder = CLIPTextModel(_clip_config(tok, s))
     scheduler = DDIMScheduler(beta_schedule="scaled_linear", clip_sample=False, set_alpha_to_one=False, steps_offset=1)
@@ -208,22 +226,13 @@ def _build_flux(s: _Size):
     )
     quarter = s.head_dim // 4
     transformer = FluxTransformer2DModel(
-        patch_size=1,
-        in_channels=16,
-        num_layers=s.layers,
-        num_single_layers=s.layers,
-        attention_head_dim=s.head_dim,
-        num_attention_heads=s.heads,
+        **_flux_blocks(s),
         joint_attention_dim=s.text_hidden,
         pooled_projection_dim=s.text_hidden,
         axes_dims_rope=(quarter, quarter, 2 * quarter),
     )
     vae = AutoencoderKL(
-        block_out_channels=(8, 16),
-        down_block_types=("DownEncoderBlock2D",) * 2,
-        up_block_types=("UpDecoderBlock2D",) * 2,
-        latent_channels=4,
-        norm_num_groups=8,
+        **_SMALL_VAE,
         use_quant_conv=False,
         use_post_quant_conv=False,
         shift_factor=0.0609,
@@ -262,23 +271,14 @@ def _build_flux2(s: _Size):
     )
     quarter = s.head_dim // 4
     transformer = Flux2Transformer2DModel(
-        patch_size=1,
-        in_channels=16,
-        num_layers=s.layers,
-        num_single_layers=s.layers,
-        attention_head_dim=s.head_dim,
-        num_attention_heads=s.heads,
+        **_flux_blocks(s),
         joint_attention_dim=3 * s.text_hidden,
         timestep_guidance_channels=32,
         axes_dims_rope=(quarter,) * 4,
         guidance_embeds=False,
     )
     vae = AutoencoderKLFlux2(
-        block_out_channels=(8, 16),
-        down_block_types=("DownEncoderBlock2D",) * 2,
-        up_block_types=("UpDecoderBlock2D",) * 2,
-        latent_channels=4,
-        norm_num_groups=8,
+        **_SMALL_VAE,
         sample_size=s.image,
     )
     pipe = Flux2KleinPipeline(

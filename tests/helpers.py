@@ -43,3 +43,45 @@ class MLP(nn.Module):
 
     def forward(self, x):
         return self.net(x)
+
+
+def tiny_llama():
+    """A 2-layer Llama (GQA, vocab 1000) with seeded weights, in eval mode, on CPU."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=1000,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        bos_token_id=0,
+        eos_token_id=999,
+        pad_token_id=999,
+    )
+    torch.manual_seed(0)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def load_example(name: str):
+    """examples/<name>.py as a module (the examples are scripts, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"{name}_example", REPO / "examples" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def full_logits(model, ids):
+    """The model's logits for ids, in eval mode, gathered from a DTensor if sharded, fp32 on CPU."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    model.eval()
+    with torch.no_grad():
+        out = model(input_ids=ids).logits
+    return (out.full_tensor() if isinstance(out, DTensor) else out).float().cpu()

@@ -18,8 +18,10 @@ x = torch.randn(8, 16, device="neuron")
 loss = torch.compile(model, backend="neuron")(x).pow(2).mean()
 loss.backward()
 m = torch.neuron.get_dynamo_metrics()
+aot = torch._dynamo.utils.counters["aot_autograd"]
 print(json.dumps({k: m[k] for k in ("graphs_compiled", "cache_hits", "cache_misses")}
-                 | {"loss": loss.item(), "grad": model[0].weight.grad.sum().item(), "probes": len(probes)}))
+                 | {"loss": loss.item(), "grad": model[0].weight.grad.sum().item(), "probes": len(probes),
+                    "aot_hits": aot["autograd_cache_hit"], "aot_saved": aot["autograd_cache_saved"]}))
 """
 
 
@@ -30,12 +32,17 @@ def _run(env):
 
 
 def test_second_process_hits_the_cache_unless_disabled(tmp_path):
-    env = {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path)}
+    inductor_default = tmp_path.parent / f"{tmp_path.name}-inductor-default"
+    env = {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path), "TORCHINDUCTOR_CACHE_DIR": str(inductor_default)}
     cold = _run(env)
     warm = _run(env)
     assert cold["graphs_compiled"] == warm["graphs_compiled"] == 1
     assert cold["cache_misses"] == 1 and cold["cache_hits"] == 0
     assert warm["cache_hits"] == 1 and warm["cache_misses"] == 0
+    # The whole forward+backward entry is kept in our cache and found by the next process
+    # (none of it in Inductor's own cache directory), so a warm process compiles nothing.
+    assert cold["aot_saved"] == 1 and warm["aot_hits"] == 1 and warm["aot_saved"] == 0
+    assert not (inductor_default / "aotautograd").exists()
     assert warm["loss"] == cold["loss"] and warm["grad"] == cold["grad"]
     # Artifacts live under one versioned directory of the cache root.
     (versioned,) = os.listdir(tmp_path)

@@ -10,6 +10,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import pytest
 import torch
 
+from helpers import tiny_llama
+
 DEV = "neuron"
 
 
@@ -30,26 +32,7 @@ def _gpt2(n_layer=2):
     return GPT2LMHeadModel(cfg).eval()
 
 
-def _llama():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=1000,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        bos_token_id=0,
-        eos_token_id=999,
-        pad_token_id=999,
-    )
-    return LlamaForCausalLM(cfg).eval()
-
-
-@pytest.mark.parametrize("make", [_gpt2, _llama], ids=["gpt2", "llama"])
+@pytest.mark.parametrize("make", [_gpt2, tiny_llama], ids=["gpt2", "llama"])
 def test_forward_parity(make):
     cpu_model = make()
     model = copy.deepcopy(cpu_model).to(DEV)
@@ -64,7 +47,7 @@ def test_forward_parity(make):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("make", [_gpt2, _llama], ids=["gpt2", "llama"])
+@pytest.mark.parametrize("make", [_gpt2, tiny_llama], ids=["gpt2", "llama"])
 def test_static_cache_generate_autocompiles_with_neuron_backend(make):
     cpu_model = make()
     model = copy.deepcopy(cpu_model).to(DEV)

@@ -17,7 +17,7 @@ import torch
 import torch._dynamo
 from torch import nn
 
-from helpers import MLP
+from helpers import MLP, tiny_llama
 
 DEV = "neuron"
 
@@ -171,26 +171,7 @@ def test_gpt2_to_neuron_keeps_tied_weights(move):
 # --------------------------------------------------------------------------- #
 
 
-def _tiny_llama():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(
-        vocab_size=1000,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        bos_token_id=0,
-        eos_token_id=999,
-        pad_token_id=999,
-    )
-    _seed(0)
-    return LlamaForCausalLM(cfg).eval()
-
-
-_GEN_MODELS = {"gpt2": _tiny_gpt2, "llama": _tiny_llama}
+_GEN_MODELS = {"gpt2": _tiny_gpt2, "llama": tiny_llama}
 
 
 def _generate(model, ids, cache, **extra):

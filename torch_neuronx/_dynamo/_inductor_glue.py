@@ -605,26 +605,29 @@ def compile_graph(
     if _vector_isas_verified(cache_dir):
         patches["cpp.vec_isa_ok"] = True
 
+    aot = use_cache and aot_cache
+    # AOTAutograd writes its cache entry once the backward is compiled. Compiled lazily (at the
+    # first backward, outside this scope) the entry would land in Inductor's default directory,
+    # not in cache_dir where the next process looks, so every process would miss: compile the
+    # backward with the forward instead.
+    functorch_patches = {
+        "enable_autograd_cache": aot,
+        "enable_remote_autograd_cache": False,
+        "force_non_lazy_backward_lowering": aot,
+    }
+
     @functools.wraps(compile_fx_inner)
     def inner_compile(gm_, example_inputs_, **kwargs):
         import time
 
         t0 = time.perf_counter()
-        with (
-            _cache_scope(cache_dir),
-            inductor_config.patch(patches),
-            functorch_config.patch(enable_autograd_cache=use_cache and aot_cache, enable_remote_autograd_cache=False),
-        ):
+        with _cache_scope(cache_dir), inductor_config.patch(patches), functorch_config.patch(functorch_patches):
             compiled = compile_fx_inner(gm_, example_inputs_, **kwargs)
         if on_inner_compile is not None:
             on_inner_compile(gm_, compiled, bool(kwargs.get("is_backward", False)), time.perf_counter() - t0)
         return compiled
 
-    with (
-        _cache_scope(cache_dir),
-        inductor_config.patch(patches),
-        functorch_config.patch(enable_autograd_cache=use_cache and aot_cache, enable_remote_autograd_cache=False),
-    ):
+    with _cache_scope(cache_dir), inductor_config.patch(patches), functorch_config.patch(functorch_patches):
         return compile_fx(gm, example_inputs, inner_compile=inner_compile)
 
 

@@ -13,7 +13,6 @@ imports, after building the trainer, after training, and the peak); rank 0 print
 "MEM" line per rank and "SFT MESH OK" at the end.
 """
 
-import importlib.util
 import os
 import resource
 import sys
@@ -22,10 +21,13 @@ from pathlib import Path
 
 T0 = time.monotonic()
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: the shared helpers
+
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "sft.py"
+from helpers import full_logits, load_example  # noqa: E402
+
 FP32_ATOL = 2e-4  # fp32 master weights: CPU reload vs sharded model, up to reduction order
 
 
@@ -38,22 +40,6 @@ def _mem_mib():
             if len(parts) >= 2 and parts[0].endswith(":") and parts[1].isdigit():
                 fields[parts[0][:-1]] = int(parts[1])
     return fields["Rss"] / 1024, (fields["Private_Clean"] + fields["Private_Dirty"]) / 1024
-
-
-def _example():
-    spec = importlib.util.spec_from_file_location("sft_example", EXAMPLE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _logits(model, ids):
-    from torch.distributed.tensor import DTensor
-
-    model.eval()
-    with torch.no_grad():
-        out = model(input_ids=ids).logits
-    return (out.full_tensor() if isinstance(out, DTensor) else out).float().cpu()
 
 
 def _checkpointing(model):
@@ -74,7 +60,7 @@ def main():
     from trl import ModelConfig, SFTConfig, TrlParser
 
     mem = {"imports": _mem_mib()}
-    ex = _example()
+    ex = load_example("sft")
     parser = TrlParser((ex.ExampleArguments, SFTConfig, ModelConfig))
     parser.set_defaults(
         packing=True,
@@ -131,7 +117,7 @@ def main():
 
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(4, trainer.model.config.vocab_size, (2, 24), generator=g)
-    sharded = _logits(trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False), ids.to(dev))
+    sharded = full_logits(trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False), ids.to(dev))
     trainer.save_model(out_dir)
     dist.barrier()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -154,9 +140,11 @@ def main():
         assert "model.safetensors" in files and "config.json" in files, files
         cpu_model = AutoModelForCausalLM.from_pretrained(out_dir, dtype=torch.float32)
         assert next(cpu_model.parameters()).device.type == "cpu"
-        err = (_logits(cpu_model, ids) - sharded).abs().max().item()
+        err = (full_logits(cpu_model, ids) - sharded).abs().max().item()
         moved = (
-            (_logits(AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32), ids) - sharded).abs().max()
+            (full_logits(AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32), ids) - sharded)
+            .abs()
+            .max()
         )
         assert err <= FP32_ATOL, f"CPU reload differs from the sharded model by {err}"
         assert moved > 100 * FP32_ATOL, f"training did not change the logits ({moved})"

@@ -2,30 +2,24 @@
 tp_plan="auto" on every process, tokens checked against a single-process run.
 Usage: generate_tp_worker.py MODEL_DIR REFERENCE_JSON (written by examples/generate.py --json)"""
 
-import importlib.util
 import json
 import os
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: the shared helpers
+
 import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "generate.py"
-
-
-def _example():
-    spec = importlib.util.spec_from_file_location("generate_example", EXAMPLE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from helpers import load_example  # noqa: E402
 
 
 def main():
     path, ref_path = sys.argv[1], sys.argv[2]
     assert "HF_DEACTIVATE_ASYNC_LOAD" not in os.environ
-    gen = _example()
+    gen = load_example("generate")
     local_rank = int(os.environ["LOCAL_RANK"])
     model, tok = gen.load(path, "neuron")
     assert dist.is_initialized() and dist.get_backend() == "neuron" and dist.get_world_size() == 2

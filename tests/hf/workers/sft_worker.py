@@ -5,16 +5,18 @@ bf16, torch_compile (backend neuron). MODE ``lora``: one process, PEFT LoRA. Bot
 steps, save with ``trainer.save_model`` and check the checkpoint on CPU against the trained
 model's logits on neuron."""
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: the shared helpers
 
 import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "sft.py"
+from helpers import full_logits, load_example  # noqa: E402
+
 STEPS = 4
 # Master weights are fp32 and bf16 is autocast only, so in fp32 the checkpoint on CPU must match the
 # trained neuron model up to reduction order (TP splits the matmuls): FP32_ATOL. The model as the
@@ -22,26 +24,12 @@ STEPS = 4
 FP32_ATOL, BF16_ATOL = 2e-4, 5e-2
 
 
-def _example():
-    spec = importlib.util.spec_from_file_location("sft_example", EXAMPLE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _logits(model, ids):
-    model.eval()
-    with torch.no_grad():
-        out = model(input_ids=ids).logits
-    return (out.full_tensor() if isinstance(out, DTensor) else out).float().cpu()
-
-
 def main():
     mode, base_dir, out_dir = sys.argv[1:4]
     from transformers import AutoModelForCausalLM
     from trl import ModelConfig, SFTConfig, TrlParser
 
-    ex = _example()
+    ex = load_example("sft")
     parser = TrlParser((ex.ExampleArguments, SFTConfig, ModelConfig))
     parser.set_defaults(
         packing=True,
@@ -102,8 +90,8 @@ def main():
 
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(4, trainer.model.config.vocab_size, (2, 24), generator=g)
-    trained_bf16 = _logits(trainer.model, ids.to(dev))  # forward as the Trainer wrapped it (autocast)
-    trained = _logits(trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False), ids.to(dev))
+    trained_bf16 = full_logits(trainer.model, ids.to(dev))  # forward as the Trainer wrapped it (autocast)
+    trained = full_logits(trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False), ids.to(dev))
     trainer.save_model(out_dir)
     if dist.is_initialized():
         dist.barrier()
@@ -119,8 +107,8 @@ def main():
             assert "model.safetensors" in files and "config.json" in files, files
             cpu_model = AutoModelForCausalLM.from_pretrained(out_dir, dtype=torch.float32)
         assert next(cpu_model.parameters()).device.type == "cpu"
-        base = _logits(AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32), ids)
-        reloaded = _logits(cpu_model, ids)
+        base = full_logits(AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32), ids)
+        reloaded = full_logits(cpu_model, ids)
         err = (reloaded - trained).abs().max().item()
         err_bf16 = (reloaded - trained_bf16).abs().max().item()
         moved = (base - trained).abs().max().item()
