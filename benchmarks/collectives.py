@@ -155,7 +155,7 @@ def launch(args):
     second = "CPU tensors again (--control)" if args.control else "neuron"
     print(
         f"busbw in GB/s, medians of {args.rounds} alternating timed blocks; ratio = {second} / gloo, "
-        "the median of the rounds' ratios (middle half of them in brackets)"
+        "the median of the rounds' ratios (their middle half in the last column)"
     )
     print()
     print(f"| ranks | size | op | gloo (CPU tensors) | {second} | ratio | rounds' ratios |")
