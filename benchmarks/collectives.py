@@ -2,14 +2,22 @@
 (process group "neuron") vs the same collectives on CPU tensors with plain gloo, at several
 world sizes, in one run.
 
-    python benchmarks/collectives.py [--ranks 2,4,8] [--max-mib 16] [--rounds 5]
+    python benchmarks/collectives.py [--ranks 2,4,8] [--ops all_gather,...] [--max-mib 16] [--rounds 5]
 
 The script launches itself once per world size under ``torchrun --standalone`` (on a
 simulated trn2.48xlarge unless TORCH_NEURONX_INSTANCE_TYPE says otherwise) and prints one
 table. Bus bandwidth follows nccl-tests: algbw = bytes / time, busbw = algbw x 2(n-1)/n for
 all_reduce and x (n-1)/n for all_gather / reduce_scatter / all_to_all, where bytes is the
-full (gathered / pre-scatter) buffer. Each row is the median of alternating timed blocks
-(gloo first in even rounds, neuron first in odd ones), each block timed by its slowest rank.
+full (gathered / pre-scatter) buffer. Rounds alternate a timed block of each (gloo first in
+even rounds, neuron first in odd ones), each block timed by its slowest rank; the bandwidths
+are medians over rounds and the ratio is the median of the rounds' ratios.
+
+Both columns run on the same gloo instance: the "neuron" group's CPU backend is the gloo
+backend its neuron tensors use, so CPU tensors on that group are plain gloo over the same
+TCP connections. A second gloo group would have connections of its own, and two
+connections' speeds differ for the life of the processes (by up to 1.8x between two plain
+gloo groups here), which no number of rounds averages out. ``--control`` times CPU tensors
+in both columns: its ratios show the measurement's own noise.
 """
 
 import argparse
@@ -53,34 +61,42 @@ def _make(op, nbytes, device, group, world):
     return (lambda: dist.all_to_all_single(out, inp, group=group)), numel * 4, (world - 1) / world
 
 
-def _timed(fn, iters, cpu_group):
+def _timed(fn, iters, timing_group):
     import torch
     import torch.distributed as dist
 
-    dist.barrier(group=cpu_group)
+    dist.barrier(group=timing_group)
     t0 = time.perf_counter()
     for _ in range(iters):
         fn()
     t = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=cpu_group)  # the slowest rank's time
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=timing_group)  # the slowest rank's time
     return t.item()
 
 
-def _compare(op, nbytes, dev, world, iters, rounds, cpu_group):
-    """(gloo busbw, neuron busbw) in GB/s: medians of `rounds` alternating timed blocks."""
+def _median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def _compare(op, nbytes, dev, world, iters, rounds, timing_group):
+    """(gloo busbw, neuron busbw) in GB/s, medians over `rounds` alternating timed blocks, and
+    each round's bandwidth ratio neuron / gloo."""
     import torch.distributed as dist
 
-    cpu_fn, nb, factor = _make(op, nbytes, "cpu", cpu_group, world)
-    neu_fn, _, _ = _make(op, nbytes, dev, dist.group.WORLD, world)
+    group = dist.group.WORLD  # CPU tensors on it run on its gloo backend: see the module docstring
+    cpu_fn, nb, factor = _make(op, nbytes, "cpu", group, world)
+    neu_fn, _, _ = _make(op, nbytes, dev, group, world)
     for fn in (cpu_fn, neu_fn):  # warm up
         fn()
     tc, tn = [], []
     for r in range(rounds):
         order = [(cpu_fn, tc), (neu_fn, tn)]
         for fn, acc in order if r % 2 == 0 else order[::-1]:
-            acc.append(_timed(fn, iters, cpu_group))
-    med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
-    return nb / med(tc) * factor / 1e9, nb / med(tn) * factor / 1e9
+            acc.append(_timed(fn, iters, timing_group))
+    busbw = lambda t: nb / t * factor / 1e9  # noqa: E731
+    return busbw(_median(tc)), busbw(_median(tn)), [c / n for c, n in zip(tc, tn)]
 
 
 def worker(args):
@@ -90,16 +106,18 @@ def worker(args):
 
     dist.init_process_group("neuron", timeout=datetime.timedelta(seconds=600))
     world = dist.get_world_size()
-    cpu_group = dist.new_group(backend="gloo")  # the plain-gloo baseline (and the timing bookkeeping)
-    dev = torch.device("neuron", int(os.environ["LOCAL_RANK"]))
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    assert isinstance(backend, dist.ProcessGroupGloo), f"the baseline must be plain gloo, got {type(backend)}"
+    assert backend is dist.group.WORLD._get_backend(torch.device("neuron")), "one gloo for both devices"
+    timing_group = dist.new_group(backend="gloo")  # barriers and timings, off the measured connections
+    dev = "cpu" if args.control else torch.device("neuron", int(os.environ["LOCAL_RANK"]))
     for nbytes in sizes(args.max_mib << 20):
         iters = args.iters or max(2, min(50, (16 << 20) // nbytes))
-        for op in OPS:
-            c, n = _compare(op, nbytes, dev, world, iters, args.rounds, cpu_group)
+        for op in args.ops:
+            c, n, ratios = _compare(op, nbytes, dev, world, iters, args.rounds, timing_group)
             if dist.get_rank() == 0:
-                print(
-                    "ROW " + json.dumps({"world": world, "bytes": nbytes, "op": op, "gloo": c, "neuron": n}), flush=True
-                )
+                row = {"world": world, "bytes": nbytes, "op": op, "gloo": c, "neuron": n, "ratios": ratios}
+                print("ROW " + json.dumps(row), flush=True)
     dist.destroy_process_group()
 
 
@@ -123,7 +141,9 @@ def launch(args):
             str(args.rounds),
             "--iters",
             str(args.iters),
-        ]
+            "--ops",
+            ",".join(args.ops),
+        ] + (["--control"] if args.control else [])
         # one rank per logical core: a trn2.48xlarge (64 at LNC=2) unless an instance is chosen
         env = {"OMP_NUM_THREADS": "1", "TORCH_NEURONX_INSTANCE_TYPE": "trn2.48xlarge", **os.environ}
         t0 = time.perf_counter()
@@ -132,16 +152,21 @@ def launch(args):
             sys.exit(f"{n} ranks failed (rc {p.returncode}):\n{(p.stdout + p.stderr)[-4000:]}")
         rows += [json.loads(line[4:]) for line in p.stdout.splitlines() if line.startswith("ROW ")]
         print(f"{n} ranks: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
-    print(f"busbw in GB/s; median of {args.rounds} alternating timed blocks; ratio = neuron / gloo")
+    second = "CPU tensors again (--control)" if args.control else "neuron"
+    print(
+        f"busbw in GB/s, medians of {args.rounds} alternating timed blocks; ratio = {second} / gloo, "
+        "the median of the rounds' ratios (their middle half in the last column)"
+    )
     print()
-    print("| ranks | size | op | gloo (CPU tensors) | neuron | ratio |")
-    print("|---:|---:|---|---:|---:|---:|")
+    print(f"| ranks | size | op | gloo (CPU tensors) | {second} | ratio | rounds' ratios |")
+    print("|---:|---:|---|---:|---:|---:|---|")
     for r in rows:
+        q = sorted(r["ratios"])
         print(
             f"| {r['world']} | {_fmt_size(r['bytes'])} | {r['op']} | {r['gloo']:.3f} | {r['neuron']:.3f} "
-            f"| {r['neuron'] / r['gloo']:.3f} |"
+            f"| {_median(q):.3f} | {q[len(q) // 4]:.2f}-{q[(3 * len(q)) // 4]:.2f} |"
         )
-    big = [r["neuron"] / r["gloo"] for r in rows if r["bytes"] >= 16 << 20]
+    big = [_median(r["ratios"]) for r in rows if r["bytes"] >= 16 << 20]
     if big:
         gm = math.exp(sum(math.log(x) for x in big) / len(big))
         print()
@@ -149,6 +174,14 @@ def launch(args):
             f"At >= 16 MiB: geometric mean ratio {gm:.3f}, lowest {min(big):.3f} over {len(big)} rows "
             f"(target: >= 0.95)"
         )
+
+
+def _ops(s):
+    ops = [x.strip() for x in s.split(",") if x.strip()]
+    unknown = [x for x in ops if x not in OPS]
+    if unknown or not ops:
+        raise argparse.ArgumentTypeError(f"unknown op(s) {unknown or s!r}; choose from {','.join(OPS)}")
+    return ops
 
 
 def main():
@@ -162,6 +195,12 @@ def main():
     ap.add_argument("--max-mib", type=int, default=16, help="largest buffer in MiB (default 16)")
     ap.add_argument("--iters", type=int, default=0, help="iterations per timed block (default: by size)")
     ap.add_argument("--rounds", type=int, default=5, help="alternating gloo/neuron timed blocks per row")
+    ap.add_argument("--ops", type=_ops, default=list(OPS), help=f"comma-separated subset of {','.join(OPS)}")
+    ap.add_argument(
+        "--control",
+        action="store_true",
+        help="time CPU tensors in both columns (the ratios then show the measurement's noise)",
+    )
     args = ap.parse_args()
     if "LOCAL_RANK" in os.environ:
         worker(args)
