@@ -43,7 +43,9 @@ void record_fallback(OpMeta& meta, const std::string& reason) {
   }
 }
 
-std::pair<int64_t, std::string> fallback_tick() { return {t_fallback_calls, t_last_reason}; }
+int64_t fallback_count() { return t_fallback_calls; }
+
+std::string last_fallback_reason() { return t_last_reason; }
 
 std::map<std::string, std::set<std::string>> fallback_ops() {
   std::lock_guard<std::mutex> lock(g_track_mu);

@@ -31,9 +31,12 @@ inline const char* non_native_dtype(at::ScalarType t) {
 // Records a fallback of the op (warning once per op); raises under
 // TORCH_NEURONX_STRICT_FALLBACK=1.
 void record_fallback(OpMeta& meta, const std::string& reason);
-// This thread's count of fallback calls and the reason of the latest one: a
-// caller that runs an op can tell whether it (or a kernel inside it) fell back.
-std::pair<int64_t, std::string> fallback_tick();
+// This thread's count of fallback calls: a caller that runs an op reads it before
+// and after to tell whether the op (or a kernel inside it) fell back, and only
+// then asks for the reason (the count alone copies no string on every op).
+int64_t fallback_count();
+// The reason of this thread's latest fallback ("" before the first).
+std::string last_fallback_reason();
 // op -> reasons, since the last clear.
 std::map<std::string, std::set<std::string>> fallback_ops();
 // Forgets counts, fallbacks and warnings; re-reads TORCH_NEURONX_STRICT_FALLBACK.

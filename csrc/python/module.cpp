@@ -107,7 +107,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("_executed_ops", &executed_ops);
   m.def("_fallback_ops", &fallback_ops);
-  m.def("_fallback_tick", &fallback_tick);
+  m.def("_fallback_count", &fallback_count);
+  m.def("_last_fallback_reason", &last_fallback_reason);
   m.def("_clear_op_tracking", &clear_op_tracking);
   profiler::bind(m);
 }

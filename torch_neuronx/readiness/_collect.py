@@ -243,11 +243,11 @@ class _Mode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        n0 = _C._fallback_tick()[0]
+        n0 = _C._fallback_count()
         out = func(*args, **kwargs)
         try:
-            n1, reason = _C._fallback_tick()
-            self.c._record(func, args, kwargs, out, reason if n1 != n0 else None)
+            fell_back = _C._fallback_count() != n0
+            self.c._record(func, args, kwargs, out, _C._last_fallback_reason() if fell_back else None)
         except Exception as e:  # never break the user's run; say so in the report
             self.c.errors[f"{func}: {type(e).__name__}: {e}"] += 1
         return out
