@@ -195,18 +195,21 @@ class _MGrid:
 mgrid = _MGrid()
 
 
-def affine_range(*args):
-    """Loop whose iterations are independent (the compiler may reorder/pipeline them)."""
+def affine_range(*args, directives=None):
+    """Loop whose iterations are independent (the compiler may reorder/pipeline them). ``directives`` (e.g.
+    ``nki.compiler.no_reorder()``) are scheduling hints: the simulator runs in order."""
     return range(*args)
 
 
-def sequential_range(*args):
-    """Loop with a loop-carried dependency (executed in order)."""
+def sequential_range(*args, directives=None):
+    """Loop with a loop-carried dependency (executed in order). ``directives`` (e.g.
+    ``nki.compiler.no_reorder()``) are scheduling hints: the simulator runs in order."""
     return range(*args)
 
 
-def static_range(*args):
-    """Loop fully unrolled at trace time."""
+def static_range(*args, directives=None):
+    """Loop fully unrolled at trace time. ``directives`` (e.g.
+    ``nki.compiler.no_reorder()``) are scheduling hints: the simulator runs in order."""
     return range(*args)
 
 
