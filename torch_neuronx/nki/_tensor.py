@@ -500,7 +500,7 @@ class TensorView:
         flat = twin.data.reshape(-1)[start:]
         view = np.lib.stride_tricks.as_strided(flat, shape, strides)
         init = np.lib.stride_tricks.as_strided(twin.init.reshape(-1)[start:], shape, [s // h2 for s in strides])
-        return self._new_view(view, self._pdim, init=init)
+        return type(self)(twin, view, self._pdim, init=init)
 
     def ap(self, pattern, offset=0, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
         """A hardware access pattern over this tensor: ``pattern`` is ``[[step, num], ...]``
