@@ -191,6 +191,36 @@ def test_psum_alloc_checks_banks():
         k(_x(1, 1))
 
 
+def test_allocation_in_a_traced_loop_is_decided_once():
+    # NKI traces an affine_range/sequential_range body once: the allocation statement in it
+    # gets one place, however the kernel's Python address counter moves afterwards
+    a = _x(3, 128, 16)
+    cap = nki.get_hardware("trn2").sbuf_partition_bytes
+
+    @nki.jit(platform_target="trn2")
+    def k(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        addr = 0
+        for i in nl.sequential_range(3):
+            t = nl.ndarray((nl.par_dim(128), 16), nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=addr))
+            addr += cap  # a second trace of this body would place t past the end of SBUF
+            t[...] = nl.load(a[i])
+            nl.store(out[i], t)
+        return out
+
+    np.testing.assert_array_equal(k(a), a)
+
+    @nki.jit(platform_target="trn2")
+    def unrolled(a):  # a Python loop is unrolled by the trace: each statement is placed anew
+        addr = 0
+        for _ in range(2):
+            nl.ndarray((nl.par_dim(128), 16), nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=addr))
+            addr += cap
+
+    with pytest.raises(NKIMemoryError, match="does not fit in SBUF"):
+        unrolled(a)
+
+
 # ----- bit-cast views -----------------------------------------------------------------------
 def test_view_same_size_and_rescaled_last_dim():
     a = _x(128, 16)

@@ -3,6 +3,7 @@ allocator and cost ledger. The bottom of the NKI module graph above the leaf mod
 (errors, dtypes, rules, cost model): it imports none of the tensor/instruction modules.
 """
 
+import sys
 import threading
 import weakref
 
@@ -53,7 +54,13 @@ class KernelRun:
         self.clock = 0
         self._psum_blocks = {}  # storage.psum_key -> [name, blocks per bank, {block: first}, {block: last}]
         self._psum_key = 0
+        self._psum_dead = []  # keys of PSUM tensors that died (records dropped per program)
         self._memories = {}  # "sbuf"/"psum" -> Memory, for directly allocated tensors
+        # affine/sequential loops being run (their iteration numbers), and the places that
+        # direct allocations got in the first iteration (NKI's single trace of the body)
+        self._loops = []
+        self._traced_places = {}
+        self._occurrence = {}
 
     # ----- on-chip allocator (freed when the tile object dies) ------------------
     def memory(self, buffer):
@@ -81,6 +88,7 @@ class KernelRun:
             self._psum_key += 1
             storage.psum_key = self._psum_key
             self._psum_blocks[self._psum_key] = [storage.name, per_bank, {}, {}]
+            weakref.finalize(storage, self._psum_dead.append, self._psum_key)
         else:
             nbytes = blocks * tile_free
             cap = self.hw.sbuf_partition_bytes
@@ -95,8 +103,44 @@ class KernelRun:
             self.sbuf_peak = max(self.sbuf_peak, self.sbuf_live)
             weakref.finalize(storage, self._free, nbytes)
 
+    def traced_loop(self, r):
+        """Iterate ``r`` as an ``affine_range``/``sequential_range`` loop. NKI traces such a
+        body once, so a direct allocation in it is decided once: in later iterations the
+        same statement gets the place it got in the first (Python state the kernel advances
+        in the body, such as an address counter, does not move it)."""
+        self._loops.append(0)
+        try:
+            for k, i in enumerate(r):
+                self._loops[-1] = k
+                self._occurrence.clear()
+                yield i
+        finally:
+            self._loops.pop()
+
+    def _traced_key(self):
+        """(statement, occurrence) of the running direct allocation inside traced loops."""
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_globals.get("__name__", "").startswith(__package__ + "."):
+            frame = frame.f_back
+        site = (None, 0) if frame is None else (frame.f_code, frame.f_lasti)
+        site = site + (len(self._loops),)
+        n = self._occurrence.get(site, 0)
+        self._occurrence[site] = n + 1
+        return site + (n,)
+
     def _place(self, storage, shape, dtype, pdim, placement):
         """Direct allocation: put every logical tile where ``placement.func`` says."""
+        if self._loops:
+            key = self._traced_key()
+            traced = self._traced_places.get(key)
+            if any(self._loops) and traced is not None and traced[0] == (tuple(shape), dtype.itemsize):
+                storage.placement = traced[1]
+                return
+        self._place_new(storage, shape, dtype, pdim, placement)
+        if self._loops and not any(self._loops):
+            self._traced_places[key] = ((tuple(shape), dtype.itemsize), storage.placement)
+
+    def _place_new(self, storage, shape, dtype, pdim, placement):
         buffer = storage.buffer
         where = f"nki.compiler.{buffer} allocation of '{storage.name}'"
         parts = int(shape[pdim])
@@ -188,7 +232,8 @@ class KernelRun:
                 events.append((t0, 1, sid, 1))
                 events.append((last[b] + 1, 0, sid, -1))
         blocked = {k: (v[0], v[1]) for k, v in self._psum_blocks.items()}  # name, blocks per bank
-        self._psum_blocks = {k: [v[0], v[1], {}, {}] for k, v in self._psum_blocks.items()}
+        dead, self._psum_dead = set(self._psum_dead), []
+        self._psum_blocks = {k: [v[0], v[1], {}, {}] for k, v in self._psum_blocks.items() if k not in dead}
 
         def banks(key, n):
             return -(-n // blocked[key][1])

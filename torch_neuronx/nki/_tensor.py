@@ -50,7 +50,7 @@ class _Storage:
         self.name = name
         self.pdim = pdim
         self.written = False
-        self.psum_key = None  # set for a PSUM block tensor: its liveness record in the run
+        self.psum_key = None  # set for an automatically placed PSUM tensor: its liveness record
         # set when the tensor's bytes live in a byte-addressed memory that other tensors may
         # share (manual allocation, bit-cast views): data/init then cache those bytes
         self.placement = None
@@ -78,7 +78,7 @@ def _give_memory(st):
         return
     if not st.data.flags.c_contiguous:
         raise NotImplementedError(
-            f"bit-cast view of tensor '{st.name}': its host array is not contiguous; " f"pass a contiguous array"
+            f"bit-cast view of tensor '{st.name}': its host array is not contiguous; pass a contiguous array"
         )
     blocks, parts, free = _tile_geometry(st)
     size = st.dtype.itemsize

@@ -202,15 +202,20 @@ mgrid = _MGrid()
 def affine_range(*args, directives=None, precise_schedule=False):
     """Loop whose iterations are independent (the compiler may reorder/pipeline them).
     ``directives`` (e.g. ``nki.compiler.no_reorder()``) and ``precise_schedule`` are scheduling hints: the
-    simulator runs in order."""
-    return range(*args)
+    simulator runs in order. NKI traces the body once: see :meth:`KernelRun.traced_loop`."""
+    return _traced(range(*args))
 
 
 def sequential_range(*args, directives=None, precise_schedule=False):
     """Loop with a loop-carried dependency (executed in order). ``directives`` (e.g.
     ``nki.compiler.no_reorder()``) and ``precise_schedule`` are scheduling hints: the
-    simulator runs in order."""
-    return range(*args)
+    simulator runs in order. NKI traces the body once: see :meth:`KernelRun.traced_loop`."""
+    return _traced(range(*args))
+
+
+def _traced(r):
+    run = current_run(required=False)
+    return r if run is None else run.traced_loop(r)
 
 
 def static_range(*args, directives=None):
