@@ -238,3 +238,10 @@ def test_psum_block_tensor_holds_banks_only_while_blocks_live():
         assert k.cost_report().psum_peak_banks == n_live
     with pytest.raises(nki.NKIMemoryError, match=r"9 banks live at once > 8 banks .*'scores' \(9 blocks\)"):
         _psum_blocks_kernel(9)(a, b)
+
+
+def test_empty_launch_grid_is_rejected():
+    # kernel[0] would run no program and return None: an error, not a silent no-op
+    k = nki.jit(lambda a: a)
+    with pytest.raises(ValueError, match="every dimension must be >= 1, got 0"):
+        k[0]

@@ -246,7 +246,7 @@ class KernelRun:
             total += banks(key, live[key]) - before
             if (i + 1 == len(events) or events[i + 1][0] != t) and total > peak:
                 peak = total
-                if total > self.hw.psum_num_banks and worst is None:
+                if total > self.hw.psum_num_banks:  # name what is live at the peak
                     worst = {k: n for k, n in live.items() if banks(k, n) > 0}
         self.psum_peak = max(self.psum_peak, peak)
         if worst is not None:
