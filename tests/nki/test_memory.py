@@ -307,6 +307,15 @@ def test_view_errors():
         strided(_x(4, 8))
 
 
+def test_numpy_dtype_of_nki_dtypes():
+    # kernels size buffers with np.dtype(nl.X).itemsize; formats NumPy lacks say so
+    assert np.dtype(nl.float32) == np.float32 and np.dtype(nl.float16) == np.float16
+    assert np.dtype(nl.uint16).itemsize == 2 and np.dtype(nl.int8) == np.int8
+    for d in (nl.bfloat16, nl.float8_e4m3, nl.float8_e5m2, nl.tfloat32):
+        with pytest.raises(NotImplementedError, match="has no NumPy dtype here"):
+            np.dtype(d)
+
+
 # ----- nisa.sequence_bounds -----------------------------------------------------------------
 def _bounds(ids):
     n = len(ids)

@@ -24,6 +24,18 @@ class dtype:
         return self.kind == "f"
 
     @property
+    def dtype(self):
+        """The NumPy dtype with the same bits, so that ``np.dtype(nl.float32)`` and
+        ``np.dtype(nl.int8).itemsize`` work as with AWS's NKI. bf16, tf32 and FP8 have no
+        NumPy type here: that is a NotImplementedError, not a stand-in of another format."""
+        if self.kind == "f" and self.fmt is not None and self is not float16:
+            raise NotImplementedError(
+                f"{self!r} has no NumPy dtype here (NumPy has no {self.name} type); use "
+                f"{self!r}.itemsize for its size and cast tiles inside the kernel"
+            )
+        return np.dtype(np.float16 if self is float16 else self.np_storage)
+
+    @property
     def torch_dtype(self):
         import torch
 
