@@ -65,16 +65,27 @@ def test_psum_tile_free_size():
 def test_psum_bank_count():
     def k(a):
         tiles = [nl.zeros((128, 512), nl.float32, buffer=nl.psum) for _ in range(8)]
-        extra = nl.zeros((128, 1), nl.float32, buffer=nl.psum, name="ninth")  # noqa: F841
-        return tiles
+        extra = nl.zeros((128, 1), nl.float32, buffer=nl.psum, name="ninth")
+        for t in tiles + [extra]:  # all nine are read here, so all nine are live together
+            nl.copy(t)
 
-    _raises(nki.NKIMemoryError, k, A, match=("'ninth'", "PSUM capacity", "8 banks"))
+    _raises(nki.NKIMemoryError, k, A, match=("'ninth'", "PSUM capacity", "9 banks live at once > 8 banks"))
 
-    def freed(a):  # banks are released when tiles die (loop-local tiles reuse them)
+    def freed(a):  # loop-local tiles reuse banks
         for _ in range(20):
             t = nl.zeros((128, 512), nl.float32, buffer=nl.psum)  # noqa: F841
 
     _run(freed, A)
+
+    def dead_but_named(a):
+        # a tile holds its bank until its last access, not while a Python name refers to it
+        kept = [nl.zeros((128, 512), nl.float32, buffer=nl.psum) for _ in range(8)]
+        for t in kept:
+            nl.copy(t)
+        later = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
+        nl.copy(later)
+
+    _run(dead_but_named, A)
 
 
 def test_matmul_stationary_and_moving_limits():
@@ -227,3 +238,10 @@ def test_psum_block_tensor_holds_banks_only_while_blocks_live():
         assert k.cost_report().psum_peak_banks == n_live
     with pytest.raises(nki.NKIMemoryError, match=r"9 banks live at once > 8 banks .*'scores' \(9 blocks\)"):
         _psum_blocks_kernel(9)(a, b)
+
+
+def test_empty_launch_grid_is_rejected():
+    # kernel[0] would run no program and return None: an error, not a silent no-op
+    k = nki.jit(lambda a: a)
+    with pytest.raises(ValueError, match="every dimension must be >= 1, got 0"):
+        k[0]

@@ -19,6 +19,7 @@ _EXPORTS = {
     "simulate_kernel": "._jit",
     "benchmark": "._jit",
     "baremetal": "._jit",
+    "trace": "._jit",
     "Kernel": "._jit",
     "tensor": ".typing",
     "CostReport": "._cost_model",

@@ -116,6 +116,7 @@ _TORCH_FREE = (
     "_hwtable",
     "_rules",
     "_cost_model",
+    "_memory",
     "_context",
     "_tensor",
     "_ops",

@@ -24,6 +24,18 @@ class dtype:
         return self.kind == "f"
 
     @property
+    def dtype(self):
+        """The NumPy dtype with the same bits, so that ``np.dtype(nl.float32)`` and
+        ``np.dtype(nl.int8).itemsize`` work as with AWS's NKI. bf16, tf32 and FP8 have no
+        NumPy type here: that is a NotImplementedError, not a stand-in of another format."""
+        if self.kind == "f" and self.fmt is not None and self is not float16:
+            raise NotImplementedError(
+                f"{self!r} has no NumPy dtype here (NumPy has no {self.name} type); use "
+                f"{self!r}.itemsize for its size and cast tiles inside the kernel"
+            )
+        return np.dtype(np.float16 if self is float16 else self.np_storage)
+
+    @property
     def torch_dtype(self):
         import torch
 
@@ -129,3 +141,79 @@ def promote(*ds):
             return floats[0]
         return float32
     return max(ds, key=lambda d: d.itemsize)
+
+
+# ----- bit patterns (bit-cast views and byte-addressed on-chip memory) -----------------
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+
+
+def _fp8_table(d):
+    """float32 value of each of the 256 codes of an FP8 format (NaN codes give NaN)."""
+    mbits, emin, _, has_inf = d.fmt
+    ebits = 7 - mbits
+    bias = 1 - emin
+    codes = np.arange(256)
+    sign = np.where(codes >> 7, -1.0, 1.0)
+    e = (codes >> mbits) & ((1 << ebits) - 1)
+    m = codes & ((1 << mbits) - 1)
+    mag = np.where(e == 0, m / (1 << mbits) * 2.0**emin, (1 + m / (1 << mbits)) * 2.0 ** (e - bias))
+    top = e == (1 << ebits) - 1
+    if has_inf:  # IEEE-like (E5M2): top exponent is inf (m == 0) or NaN
+        mag = np.where(top & (m == 0), np.inf, np.where(top, np.nan, mag))
+    else:  # E4M3FN: only S.1111.111 is NaN
+        mag = np.where(top & (m == (1 << mbits) - 1), np.nan, mag)
+    return (sign * mag).astype(np.float32)
+
+
+_FP8 = {}
+
+
+def _fp8(d):
+    if d.name not in _FP8:
+        table = _fp8_table(d)
+        ok = ~np.isnan(table)
+        bits = table[ok].view(np.uint32)
+        order = np.argsort(bits)
+        nan_code = int(np.flatnonzero(~ok)[0] if d is float8_e4m3 else 0x7E)
+        _FP8[d.name] = (table, bits[order], np.flatnonzero(ok)[order].astype(np.uint8), np.uint8(nan_code))
+    return _FP8[d.name]
+
+
+def to_bits(a, d):
+    """The raw bit patterns (unsigned ints of ``d.itemsize`` bytes) of values already
+    rounded to ``d`` (host storage, see :func:`round_to`)."""
+    a = np.asarray(a)
+    if d.kind == "f":
+        a = np.ascontiguousarray(a, np.float32)
+        if d.itemsize == 4:
+            return a.view(np.uint32)
+        if d is bfloat16:
+            return (a.view(np.uint32) >> 16).astype(np.uint16)
+        if d is float16:
+            with np.errstate(all="ignore"):
+                return a.astype(np.float16).view(np.uint16)
+        _, bits, codes, nan_code = _fp8(d)
+        u = a.view(np.uint32)
+        i = np.clip(np.searchsorted(bits, u), 0, bits.size - 1)
+        out = np.where(np.isnan(a), nan_code, codes[i])
+        bad = ~np.isnan(a) & (bits[i] != u)
+        if bad.any():
+            raise ValueError(f"{a[bad].ravel()[0]!r} is not a {d!r} value (round it first)")
+        return out.astype(np.uint8)
+    return np.ascontiguousarray(a, d.np_storage).view(_UINT[d.itemsize])
+
+
+def from_bits(u, d):
+    """Values (host storage of ``d``) of raw bit patterns ``u`` (unsigned ints)."""
+    u = np.ascontiguousarray(u, _UINT[d.itemsize])
+    if d.kind == "f":
+        if d.itemsize == 4:
+            return u.view(np.float32)
+        if d is bfloat16:
+            return (u.astype(np.uint32) << 16).view(np.float32)
+        if d is float16:
+            return u.view(np.float16).astype(np.float32)
+        return _fp8(d)[0][u]
+    if d.kind == "b":
+        return u != 0
+    return u.view(d.np_storage)

@@ -7,7 +7,11 @@ from ._simulator import run_kernel
 
 
 def _grid_size(g):
-    return int(g)  # ints, and nl.spmd_dim / nl.nc objects (which define __int__)
+    n = int(g)  # ints, and nl.spmd_dim / nl.nc objects (which define __int__)
+    if n < 1:
+        # zero programs would run nothing and return None: never a silent no-op launch
+        raise ValueError(f"nki kernel launch grid: every dimension must be >= 1, got {n}")
+    return n
 
 
 class Kernel:
@@ -69,6 +73,11 @@ def jit(fn=None, *, platform_target=None, mode=None, **options):
 
 def baremetal(fn=None, **options):
     """``nki.baremetal``: run a kernel on NumPy arrays (here: the simulator, as :func:`jit`)."""
+    return jit(fn, **options)
+
+
+def trace(fn=None, **options):
+    """``nki.trace``: trace a kernel for ``nki.simulate_kernel`` (here: the same as :func:`jit`)."""
     return jit(fn, **options)
 
 

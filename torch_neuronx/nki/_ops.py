@@ -16,8 +16,9 @@ from . import _dtypes as dt
 from . import _kwcheck, _math
 from . import _rules as rules
 from ._context import current_run
-from ._errors import NKIBufferError, NKIShapeError, NKITileSizeError, _fail
+from ._errors import NKIBufferError, NKIContextError, NKIShapeError, NKITileSizeError, _fail
 from ._tensor import ON_CHIP, TensorView, align, make_storage, par_dim
+from .compiler import Allocation
 
 HBM = ("hbm", "shared_hbm", "private_hbm")
 _counter = [0]
@@ -134,6 +135,9 @@ class NkiTensor(TensorView):
 # ----- allocation -----------------------------------------------------------------
 def new_storage(shape, dtype, buffer, name, initialised=False):
     """Allocate a tensor (accounted by the running kernel when on-chip)."""
+    placement = None
+    if isinstance(buffer, Allocation):
+        placement, buffer = buffer, buffer.buffer
     if buffer not in ("hbm", "shared_hbm", "private_hbm", "sbuf", "psum"):
         raise ValueError(f"unknown buffer {buffer!r}; expected nl.hbm/nl.shared_hbm/" f"nl.private_hbm/nl.sbuf/nl.psum")
     dtype = dt.as_dtype(dtype) or dt.float32
@@ -147,7 +151,9 @@ def new_storage(shape, dtype, buffer, name, initialised=False):
     st.pdim = pdim
     run = current_run(required=False)
     if run is not None and buffer in ON_CHIP:
-        run.allocate(st, shape, dtype, pdim)
+        run.allocate(st, shape, dtype, pdim, placement)
+    elif placement is not None:
+        raise NKIContextError(f"direct allocation of '{name}' needs a running kernel")
     return NkiTensor(st, st.data, pdim if buffer in ON_CHIP else None, init=st.init)
 
 

@@ -46,6 +46,7 @@ class _Arg:
         """Legacy kernels write outputs into arguments: copy those writes back."""
         if self.tensor is None or not self.tensor._storage.written:
             return
+        self.tensor._sync_all()
         if self.kind == "torch":
             self.value.copy_(_to_torch(self.tensor, self.value.device))
         else:
@@ -54,6 +55,7 @@ class _Arg:
 
 def _values(t):
     """The returned view's elements (a kernel may return a reshaped or sliced view)."""
+    t._sync_all()
     return np.array(t._view if t._adv is None else t._view[t._adv], copy=True)
 
 

@@ -14,6 +14,9 @@ import numpy as np
 from . import _dtypes as dt
 from ._context import current_run
 from ._errors import NKIIndexError, NKIShapeError, NKIUninitializedError, _fail
+from ._memory import Memory, Placement
+from ._memory import pull as _pull
+from ._memory import push as _push
 
 BUFFERS = ("hbm", "shared_hbm", "private_hbm", "sbuf", "psum")
 ON_CHIP = ("sbuf", "psum")
@@ -24,7 +27,20 @@ class par_dim(int):
 
 
 class _Storage:
-    __slots__ = ("data", "init", "buffer", "dtype", "name", "pdim", "written", "psum_key", "__weakref__")
+    __slots__ = (
+        "data",
+        "init",
+        "buffer",
+        "dtype",
+        "name",
+        "pdim",
+        "written",
+        "psum_key",
+        "placement",
+        "share_init",
+        "base",
+        "__weakref__",
+    )
 
     def __init__(self, data, buffer, dtype, name, pdim, init=None):
         self.data = data
@@ -34,7 +50,44 @@ class _Storage:
         self.name = name
         self.pdim = pdim
         self.written = False
-        self.psum_key = None  # set for a PSUM block tensor: its liveness record in the run
+        self.psum_key = None  # set for an automatically placed PSUM tensor: its liveness record
+        # set when the tensor's bytes live in a byte-addressed memory that other tensors may
+        # share (manual allocation, bit-cast views): data/init then cache those bytes
+        self.placement = None
+        self.share_init = False  # init flags follow the shared bytes (else: this tensor's writes)
+        self.base = None  # the storage a bit-cast view reinterprets (kept alive with it)
+
+
+def _tile_geometry(st):
+    """(blocks, partitions, free elements per partition) of a storage's data."""
+    shape = st.data.shape
+    if st.buffer not in ON_CHIP or not shape:
+        return 1, 1, max(int(st.data.size), 1)
+    k = st.pdim
+    return (
+        int(np.prod(shape[:k], dtype=np.int64)),
+        int(shape[k]),
+        int(np.prod(shape[k + 1 :], dtype=np.int64)),
+    )
+
+
+def _give_memory(st):
+    """Move a storage that lives only in its cache into a private byte memory (so that
+    bit-cast views of it can share its bytes)."""
+    if st.placement is not None:
+        return
+    if not st.data.flags.c_contiguous:
+        raise NotImplementedError(
+            f"bit-cast view of tensor '{st.name}': its host array is not contiguous; pass a contiguous array"
+        )
+    blocks, parts, free = _tile_geometry(st)
+    size = st.dtype.itemsize
+    mem = Memory(parts, blocks * free * size)
+    st.placement = Placement(mem, np.zeros(blocks), np.arange(blocks) * free * size, parts * free, free, size)
+    offs = np.arange(st.data.size)
+    init = None if st.init is None else st.init.reshape(-1)
+    _push(st, offs, init)
+    st.share_init = True
 
 
 def _is_index_array(k):
@@ -230,8 +283,37 @@ class TensorView:
                         f"tensor '{self.name}' (add a mask to the access)",
                     )
 
+    def _offsets(self, mask=None):
+        """Row-major element numbers (in the storage) of this view's elements."""
+        data = self._storage.data
+        h = data.itemsize
+        base = (self._view.__array_interface__["data"][0] - data.__array_interface__["data"][0]) // h
+        strides = [st // h for st in self._view.strides]
+        if self._adv is None:
+            offs = np.full((), base, np.int64)
+            for n, st in zip(self._view.shape, strides):
+                offs = offs[..., None] + np.arange(n, dtype=np.int64) * st
+            offs = offs.reshape(self.shape) if offs.size == int(np.prod(self.shape)) else offs
+        else:
+            offs = base + sum(a.astype(np.int64) * st for a, st in zip(self._adv, strides))
+        if mask is not None:
+            offs = offs[np.broadcast_to(np.asarray(mask, bool), offs.shape)]
+        return offs.reshape(-1)
+
+    def _sync_all(self):
+        """Refresh the whole storage from its bytes (before the host reads it directly)."""
+        st = self._storage
+        if st.placement is not None:
+            _pull(st, np.arange(st.data.size))
+
+    def _sync_in(self, mask=None):
+        if self._storage.placement is not None and self._view.size:
+            _pull(self._storage, self._offsets(mask))
+
     def _initialised(self, mask=None):
         """Bool array (this view's shape): which elements have been written."""
+        if self._storage.share_init:
+            self._sync_in(mask)
         if self._init is None:
             return np.ones(self.shape, bool)
         if self._adv is None:
@@ -274,12 +356,16 @@ class TensorView:
         else:
             lo = base + sum(int(a.min()) * s for a, s in zip(self._adv, strides))
             hi = base + sum(int(a.max()) * s for a, s in zip(self._adv, strides))
-        block_bytes = st.data.strides[st.pdim - 1]
+        if st.pdim == 0:  # a plain tile: one block
+            lo, hi, block_bytes = 0, 0, 1
+        else:
+            block_bytes = st.data.strides[st.pdim - 1]
         run.touch_psum_blocks(st.psum_key, lo // block_bytes, hi // block_bytes, write)
 
     def _read(self, instr, operand, mask=None):
         """Values of this view as a NumPy array (dtype-rounded host storage)."""
         self._check_oob(instr, operand, mask)
+        self._sync_in(mask)
         self._check_init(instr, operand, mask)
         if self._storage.psum_key is not None:
             self._touch_blocks(write=False)
@@ -313,6 +399,8 @@ class TensorView:
             )
         values = dt.round_to(values, self.dtype)
         self._storage.written = True
+        if self._storage.base is not None:
+            self._storage.base.written = True
         if self._storage.psum_key is not None:
             self._touch_blocks(write=True)
         m = None if mask is None else np.broadcast_to(np.asarray(mask, bool), self.shape)
@@ -330,6 +418,8 @@ class TensorView:
             self._view[idx] = values if m is None else values[m]
             if self._init is not None:
                 self._init[idx] = True
+        if self._storage.placement is not None and self._view.size:
+            _push(self._storage, self._offsets(m))
 
     @property
     def _partition_size(self):
@@ -359,7 +449,58 @@ class TensorView:
         return self._new_view(view, 0 if self.buffer in ON_CHIP else None, init=init)
 
     def view(self, dtype):
-        raise NotImplementedError("NkiTensor.view: bit-cast views are not simulated")
+        """Reinterpret this view's bytes as ``dtype`` (no copy, like ``numpy.ndarray.view``):
+        the last dimension scales by the ratio of the element sizes. Writes through either
+        tensor are seen by the other."""
+        new = dt.as_dtype(dtype)
+        where = f"tensor '{self.name}'.view({new!r})"
+        if self._adv is not None or self._oob is not None:
+            raise NKIShapeError(f"{where}: needs a view made of slices, not index arrays")
+        st = self._storage
+        old, h = st.dtype, st.data.itemsize
+        if new is old:
+            return self
+        shape = list(self.shape)
+        last = len(shape) - 1
+        if last < 0 or (self.buffer in ON_CHIP and self._pdim == last):
+            raise NKIShapeError(f"{where}: needs a free (last) dimension to rescale; shape {self.shape}")
+        if shape[last] * old.itemsize % new.itemsize:
+            raise NKIShapeError(
+                f"{where}: last dimension {shape[last]} x {old.itemsize} bytes is not a multiple of "
+                f"{new.itemsize} bytes"
+            )
+        if self._view.shape != tuple(shape) or (shape[last] > 1 and self._view.strides[last] != h):
+            raise NKIShapeError(f"{where}: the last dimension must be contiguous in memory")
+        if st.data.shape[-1] * old.itemsize % new.itemsize:
+            raise NKIShapeError(
+                f"{where}: rows of '{self.name}' ({st.data.shape[-1]} x {old.itemsize} bytes) do not "
+                f"hold whole {new!r} elements"
+            )
+        first = self._first_element()
+        if first * old.itemsize % new.itemsize:
+            raise NKIShapeError(f"{where}: the view does not start on a {new.itemsize}-byte boundary")
+        _give_memory(st)
+        blocks, parts, free = _tile_geometry(st)
+        pl = st.placement
+        if free * old.itemsize % new.itemsize:
+            raise NKIShapeError(f"{where}: partitions of '{self.name}' do not hold whole {new!r} elements")
+        nfree = free * old.itemsize // new.itemsize
+        nshape = st.data.shape[:-1] + (st.data.shape[-1] * old.itemsize // new.itemsize,)
+        twin = make_storage(nshape, new, st.buffer, f"{st.name}.view({new.name})", initialised=False)
+        twin.pdim = st.pdim
+        twin.psum_key = st.psum_key
+        twin.placement = Placement(pl.memory, pl.rows, pl.cols, parts * nfree, nfree, new.itemsize)
+        twin.share_init = True
+        twin.base = st
+        h2 = twin.data.itemsize
+        scale = old.itemsize / new.itemsize  # elements of the new type per old element
+        strides = [int(s // h * scale) * h2 for s in self._view.strides[:last]] + [h2]
+        shape[last] = shape[last] * old.itemsize // new.itemsize
+        start = int(first * scale)
+        flat = twin.data.reshape(-1)[start:]
+        view = np.lib.stride_tricks.as_strided(flat, shape, strides)
+        init = np.lib.stride_tricks.as_strided(twin.init.reshape(-1)[start:], shape, [s // h2 for s in strides])
+        return type(self)(twin, view, self._pdim, init=init)
 
     def ap(self, pattern, offset=0, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
         """A hardware access pattern over this tensor: ``pattern`` is ``[[step, num], ...]``

@@ -17,7 +17,7 @@ from . import _kwcheck, _math, _ops
 from . import _rules as rules
 from . import language as nl
 from ._context import current_run
-from ._errors import NKIBufferError, NKIShapeError, NKITileSizeError, _fail
+from ._errors import NKIBufferError, NKIDtypeError, NKIShapeError, NKITileSizeError, _fail
 from ._ops import NkiTensor
 
 
@@ -553,6 +553,39 @@ def iota(
         vals = vals[None, :]
     _ops.charge_elementwise("GpSimd", instr, vals.shape)
     return _ops.new_tile(vals, dt.as_dtype(dtype) or dt.int32, instr)
+
+
+def sequence_bounds(*args, segment_ids=None, dst=None, name=None):
+    """Bounds of the run of equal segment IDs each element is in (GpSimd Engine):
+    ``sequence_bounds(dst, segment_ids)``, or ``sequence_bounds(segment_ids=...)`` returning
+    a new tile. ``segment_ids`` is ``[1, n]`` (float32 or int32); the result ``[1, 2, n]``
+    holds each element's start index (row 0) and end index, exclusive (row 1). ID 0 marks
+    padding, whose bounds are ``n`` and ``-1``."""
+    instr = "nisa.sequence_bounds"
+    if len(args) == 2 and dst is None and segment_ids is None:
+        dst, segment_ids = args
+    elif len(args) == 1 and segment_ids is None:
+        segment_ids = args[0]
+    elif args:
+        raise TypeError(f"{instr}: expected (dst, segment_ids) or segment_ids=")
+    if segment_ids is None:
+        raise TypeError(f"{instr}: missing 'segment_ids'")
+    ids, d, _ = _ops.operand(segment_ids, instr, "segment_ids")
+    for operand, dtype in (("segment_ids", d), ("dst", None if dst is None else dst.dtype)):
+        if dtype is not None and dtype not in (dt.float32, dt.int32):
+            _fail(NKIDtypeError, instr, operand, f"must be nl.float32 or nl.int32, got {dtype!r}")
+    if ids.ndim != 2 or ids.shape[0] != 1:
+        _fail(NKIShapeError, instr, "segment_ids", f"must be a [1, n] tile (one partition), got shape {ids.shape}")
+    x = ids[0]
+    n = x.size
+    idx = np.arange(n)
+    change = x[1:] != x[:-1]
+    start = np.maximum.accumulate(np.where(np.r_[True, change], idx, 0))
+    end = np.minimum.accumulate(np.where(np.r_[change, True], idx + 1, n)[::-1])[::-1]
+    pad = x == 0
+    vals = np.stack([np.where(pad, n, start), np.where(pad, -1, end)])[None]
+    _ops.charge_elementwise("GpSimd", instr, ids.shape)
+    return _write_or_new(vals, d or dt.int32, dst, instr)
 
 
 def memset(*args, value=None, dtype=None, engine=engine.unknown, mask=None, dst=None, shape=None, name=None):

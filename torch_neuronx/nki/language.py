@@ -96,7 +96,9 @@ def empty_like(a, dtype=None, buffer=None, name=""):
     return _create(a.shape, dtype or a.dtype, buffer or a.buffer, name, None)
 
 
-def zeros(shape, dtype=float32, buffer=None, name=""):
+def zeros(shape, dtype=float32, buffer=None, name="", lazy_initialization=False):
+    """A tensor filled with 0. ``lazy_initialization`` lets the compiler fold the fill into
+    the first write; the values are the same, so it is accepted and changes nothing."""
     return _create(shape, dtype, buffer, name, 0)
 
 
@@ -104,11 +106,13 @@ def zeros_like(a, dtype=None, buffer=None, name=""):
     return _create(a.shape, dtype or a.dtype, buffer or a.buffer, name, 0)
 
 
-def ones(shape, dtype=float32, buffer=None, name=""):
+def ones(shape, dtype=float32, buffer=None, name="", lazy_initialization=False):
+    """A tensor filled with 1 (``lazy_initialization``: see :func:`zeros`)."""
     return _create(shape, dtype, buffer, name, 1)
 
 
-def full(shape, fill_value, dtype=float32, buffer=None, name=""):
+def full(shape, fill_value, dtype=float32, buffer=None, name="", lazy_initialization=False):
+    """A tensor filled with ``fill_value`` (``lazy_initialization``: see :func:`zeros`)."""
     return _create(shape, dtype, buffer, name, fill_value)
 
 
@@ -195,18 +199,28 @@ class _MGrid:
 mgrid = _MGrid()
 
 
-def affine_range(*args):
-    """Loop whose iterations are independent (the compiler may reorder/pipeline them)."""
-    return range(*args)
+def affine_range(*args, directives=None, precise_schedule=False):
+    """Loop whose iterations are independent (the compiler may reorder/pipeline them).
+    ``directives`` (e.g. ``nki.compiler.no_reorder()``) and ``precise_schedule`` are scheduling hints: the
+    simulator runs in order. NKI traces the body once: see :meth:`KernelRun.traced_loop`."""
+    return _traced(range(*args))
 
 
-def sequential_range(*args):
-    """Loop with a loop-carried dependency (executed in order)."""
-    return range(*args)
+def sequential_range(*args, directives=None, precise_schedule=False):
+    """Loop with a loop-carried dependency (executed in order). ``directives`` (e.g.
+    ``nki.compiler.no_reorder()``) and ``precise_schedule`` are scheduling hints: the
+    simulator runs in order. NKI traces the body once: see :meth:`KernelRun.traced_loop`."""
+    return _traced(range(*args))
 
 
-def static_range(*args):
-    """Loop fully unrolled at trace time."""
+def _traced(r):
+    run = current_run(required=False)
+    return r if run is None else run.traced_loop(r)
+
+
+def static_range(*args, directives=None):
+    """Loop fully unrolled at trace time. ``directives`` (e.g.
+    ``nki.compiler.no_reorder()``) are scheduling hints: the simulator runs in order."""
     return range(*args)
 
 
@@ -536,7 +550,7 @@ _NUMPY_REDUCTIONS = {np.sum: np.add, np.prod: np.multiply, np.max: np.maximum, n
 _COMMUTATIVE = (np.add, np.multiply, np.maximum, np.minimum, np.bitwise_and, np.bitwise_or, np.bitwise_xor)
 
 
-def loop_reduce(x, op, loop_indices, dtype=None, mask=None):
+def loop_reduce(x, op, loop_indices, dtype=None, mask=None, name=None):
     """``b = nl.loop_reduce(x, op, loop_indices)``: ``b = op(b, x)`` on the Vector Engine.
 
     The destination (what the assignment target, a name or a subscript such as
