@@ -308,12 +308,38 @@ def test_view_errors():
 
 
 def test_numpy_dtype_of_nki_dtypes():
-    # kernels size buffers with np.dtype(nl.X).itemsize; formats NumPy lacks say so
+    # kernels size buffers with np.dtype(nl.X).itemsize; bf16 and FP8 are ml_dtypes' types
+    # (as with AWS's NKI); tf32 has no host type and says so
+    import ml_dtypes
+
     assert np.dtype(nl.float32) == np.float32 and np.dtype(nl.float16) == np.float16
     assert np.dtype(nl.uint16).itemsize == 2 and np.dtype(nl.int8) == np.int8
-    for d in (nl.bfloat16, nl.float8_e4m3, nl.float8_e5m2, nl.tfloat32):
-        with pytest.raises(NotImplementedError, match="has no NumPy dtype here"):
-            np.dtype(d)
+    assert np.dtype(nl.bfloat16) == ml_dtypes.bfloat16 and np.dtype(nl.bfloat16).itemsize == 2
+    assert np.dtype(nl.float8_e4m3) == ml_dtypes.float8_e4m3fn and np.dtype(nl.float8_e5m2) == ml_dtypes.float8_e5m2
+    with pytest.raises(NotImplementedError, match="has no NumPy dtype here"):
+        np.dtype(nl.tfloat32)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3", "float8_e5m2"])
+def test_bf16_and_fp8_host_arrays_in_and_out(dtype):
+    # nl.static_cast of a host array gives the ml_dtypes array (nearest even, like torch's
+    # casts); kernels take such arrays and see the same values
+    import torch
+
+    d = getattr(nl, dtype)
+    torch_dtype = {"bfloat16": torch.bfloat16, "float8_e4m3": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
+    x = _x(128, 64)
+    h = nl.static_cast(x, d)
+    assert h.dtype == np.dtype(d)
+    expect = torch.from_numpy(x).to(torch_dtype[dtype]).float().numpy()
+    np.testing.assert_array_equal(h.astype(np.float32), expect)
+
+    @nki.jit
+    def double(a):
+        t = nl.load(a)
+        return _out(nl.multiply(t, 2.0, dtype=nl.float32))
+
+    np.testing.assert_array_equal(double(h), expect * 2)
 
 
 # ----- nisa.sequence_bounds -----------------------------------------------------------------

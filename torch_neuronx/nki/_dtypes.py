@@ -26,13 +26,18 @@ class dtype:
     @property
     def dtype(self):
         """The NumPy dtype with the same bits, so that ``np.dtype(nl.float32)`` and
-        ``np.dtype(nl.int8).itemsize`` work as with AWS's NKI. bf16, tf32 and FP8 have no
-        NumPy type here: that is a NotImplementedError, not a stand-in of another format."""
+        ``np.dtype(nl.int8).itemsize`` work as with AWS's NKI. bf16 and FP8 are the
+        ``ml_dtypes`` types (as with AWS's NKI); tf32 has no NumPy type: that is a
+        NotImplementedError, not a stand-in of another format."""
         if self.kind == "f" and self.fmt is not None and self is not float16:
-            raise NotImplementedError(
-                f"{self!r} has no NumPy dtype here (NumPy has no {self.name} type); use "
-                f"{self!r}.itemsize for its size and cast tiles inside the kernel"
-            )
+            ml = _ml_dtype(self)
+            if ml is None:
+                why = "ml_dtypes is not installed" if self.name in _ML_NAMES else f"NumPy has no {self.name} type"
+                raise NotImplementedError(
+                    f"{self!r} has no NumPy dtype here ({why}); use "
+                    f"{self!r}.itemsize for its size and cast tiles inside the kernel"
+                )
+            return ml
         return np.dtype(np.float16 if self is float16 else self.np_storage)
 
     @property
@@ -79,6 +84,23 @@ _FROM_NUMPY = {
     np.dtype(np.uint8): uint8,
     np.dtype(np.bool_): bool_,
 }
+# The host array types AWS's NKI uses for the formats NumPy lacks (the ml_dtypes package).
+_ML_NAMES = {"bfloat16": "bfloat16", "float8_e4m3": "float8_e4m3fn", "float8_e5m2": "float8_e5m2"}
+
+
+def _ml_dtype(d):
+    """The ml_dtypes NumPy dtype of NKI dtype ``d`` (None: not installed, or no such type)."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    name = _ML_NAMES.get(d.name)
+    return np.dtype(getattr(ml_dtypes, name)) if name else None
+
+
+for _d in ALL:
+    if _d.name in _ML_NAMES and _ml_dtype(_d) is not None:
+        _FROM_NUMPY[_ml_dtype(_d)] = _d
 
 
 def as_dtype(d):

@@ -627,10 +627,8 @@ def static_cast(x, dtype):
         return copy(x, dtype=dtype)  # noqa: F821 (nl.copy: defined from _math.UNARY below)
     d = _dt.as_dtype(dtype)
     if d.is_float and d is not float32 and d is not float16:
-        raise NotImplementedError(
-            f"nl.static_cast of a host array to {d!r}: NumPy has no "
-            f"{d.name} array type here; cast tiles inside the kernel"
-        )
+        # bf16 / FP8: the ml_dtypes array type (rounded to nearest even, as the engines do)
+        return np.asarray(x).astype(d.dtype)
     return np.asarray(x).astype(d.np_storage if not d.is_float else (np.float16 if d is float16 else np.float32))
 
 
