@@ -11,7 +11,7 @@ import pytest
 import torch_neuronx.nki.isa as nisa
 import torch_neuronx.nki.language as nl
 from torch_neuronx import nki
-from torch_neuronx.nki import NKIShapeError, NKIUninitializedError
+from torch_neuronx.nki import NKIDtypeError, NKIShapeError, NKIUninitializedError
 
 RNG = np.random.default_rng(7)
 
@@ -168,6 +168,28 @@ def test_nc_matmul_transpose_mode_transposes_stationary():
 
     with pytest.raises(NKIShapeError, match="identity"):
         _run(wrong, a)
+
+
+def test_nc_matmul_double_row_fp8_contracts_both_rows():
+    # perf_mode=double_row packs two FP8 rows per partition: [K, 2, M] x [K, 2, N] -> [M, N]
+    import ml_dtypes
+
+    a = nl.static_cast(_x(128, 2, 16), nl.float8_e5m2)
+    b = nl.static_cast(_x(128, 2, 64), nl.float8_e4m3)
+
+    def body(ta, tb):
+        return nisa.nc_matmul(nl.load(ta), nl.load(tb), perf_mode=nisa.matmul_perf_mode.double_row)
+
+    expect = np.einsum("kli,klj->ij", a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(_run(body, a, b), expect, rtol=1e-5, atol=1e-4)
+    assert a.dtype == ml_dtypes.float8_e5m2
+
+    def not_fp8(ta):
+        t = nl.load(ta)
+        return nisa.nc_matmul(t, t, perf_mode=nisa.matmul_perf_mode.double_row)
+
+    with pytest.raises(NKIDtypeError, match="FP8"):
+        _run(not_fp8, _x(128, 2, 16))
 
 
 def test_memset_activation_copy_and_nl_copy_op():

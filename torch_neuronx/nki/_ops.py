@@ -16,7 +16,7 @@ from . import _dtypes as dt
 from . import _kwcheck, _math
 from . import _rules as rules
 from ._context import current_run
-from ._errors import NKIBufferError, NKIContextError, NKIShapeError, NKITileSizeError, _fail
+from ._errors import NKIBufferError, NKIContextError, NKIDtypeError, NKIShapeError, NKITileSizeError, _fail
 from ._tensor import ON_CHIP, TensorView, align, make_storage, par_dim
 from .compiler import Allocation
 
@@ -366,6 +366,31 @@ def matmul(instr, stationary, moving, name_st="stationary", name_mv="moving"):
     run.ledger.charge(
         "Tensor", instr, cm.matmul_seconds(run.hw, n, "float32" if fp32 else moving.dtype.name), flops=2.0 * k * m * n
     )
+    return new_tile(vals, dt.float32, instr, buffer="psum")
+
+
+def matmul_double_row(instr, stationary, moving):
+    """FP8 double-row mode (``perf_mode=double_row``): stationary [K, 2, M] and moving
+    [K, 2, N] pack two FP8 rows per partition, so one pass contracts over 2K rows at the
+    single-row rate: ``einsum("kli,klj->ij")`` into a new fp32 PSUM tile [M, N]."""
+    run = current_run()
+    shapes = []
+    for t, n in ((stationary, "stationary"), (moving, "moving")):
+        if not isinstance(t, TensorView):
+            raise TypeError(f"{instr}: operand '{n}' must be a tile")
+        if t.buffer != "sbuf":
+            _fail(NKIBufferError, instr, n, f"tile in {t.buffer.upper()}; the Tensor Engine reads SBUF only")
+        if t.ndim != 3 or t.shape[1] != 2:
+            _fail(NKIShapeError, instr, n, f"double_row mode needs a [K, 2, free] tile, got shape {t.shape}")
+        if t.dtype not in (dt.float8_e4m3, dt.float8_e5m2):
+            _fail(NKIDtypeError, instr, n, f"double_row is an FP8 mode (float8_e4m3/e5m2), got {t.dtype!r}")
+        shapes.append((t.shape[0], t.shape[2]))
+    (k, m), (k2, n) = shapes
+    rules.check_matmul(run.hw, instr, (k, m), (k2, n), stationary.dtype, moving.dtype, names=("stationary", "moving"))
+    a, _, _ = operand(stationary, instr, "stationary")
+    b, _, _ = operand(moving, instr, "moving")
+    vals = np.einsum("kli,klj->ij", a.astype(np.float32), b.astype(np.float32))
+    run.ledger.charge("Tensor", instr, cm.matmul_seconds(run.hw, n, moving.dtype.name), flops=2.0 * 2 * k * m * n)
     return new_tile(vals, dt.float32, instr, buffer="psum")
 
 

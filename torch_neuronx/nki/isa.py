@@ -213,7 +213,10 @@ def nc_matmul(
         _fail(NKIBufferError, instr, "dst", f"tile in {dst.buffer.upper()}; nc_matmul " f"writes PSUM only")
     if is_transpose:
         return _pe_transpose_mode(instr, stationary, moving, dst)
-    res = _ops.matmul(instr, stationary, moving)
+    if perf_mode in (matmul_perf_mode.double_row, "double_row", "double_row_gen3"):
+        res = _ops.matmul_double_row(instr, stationary, moving)
+    else:
+        res = _ops.matmul(instr, stationary, moving)
     if dst is None:
         return res
     rules.check_psum_dtype(current_run().hw, instr, "dst", dst.dtype)
