@@ -23,8 +23,8 @@ in both columns: its ratios show the measurement's own noise.
 import argparse
 import datetime
 import json
-import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -74,12 +74,6 @@ def _timed(fn, iters, timing_group):
     return t.item()
 
 
-def _median(v):
-    v = sorted(v)
-    n = len(v)
-    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
-
-
 def _compare(op, nbytes, dev, world, iters, rounds, timing_group):
     """(gloo busbw, neuron busbw) in GB/s, medians over `rounds` alternating timed blocks, and
     each round's bandwidth ratio neuron / gloo."""
@@ -96,7 +90,7 @@ def _compare(op, nbytes, dev, world, iters, rounds, timing_group):
         for fn, acc in order if r % 2 == 0 else order[::-1]:
             acc.append(_timed(fn, iters, timing_group))
     busbw = lambda t: nb / t * factor / 1e9  # noqa: E731
-    return busbw(_median(tc)), busbw(_median(tn)), [c / n for c, n in zip(tc, tn)]
+    return busbw(statistics.median(tc)), busbw(statistics.median(tn)), [c / n for c, n in zip(tc, tn)]
 
 
 def worker(args):
@@ -164,11 +158,11 @@ def launch(args):
         q = sorted(r["ratios"])
         print(
             f"| {r['world']} | {_fmt_size(r['bytes'])} | {r['op']} | {r['gloo']:.3f} | {r['neuron']:.3f} "
-            f"| {_median(q):.3f} | {q[len(q) // 4]:.2f}-{q[(3 * len(q)) // 4]:.2f} |"
+            f"| {statistics.median(q):.3f} | {q[len(q) // 4]:.2f}-{q[(3 * len(q)) // 4]:.2f} |"
         )
-    big = [_median(r["ratios"]) for r in rows if r["bytes"] >= 16 << 20]
+    big = [statistics.median(r["ratios"]) for r in rows if r["bytes"] >= 16 << 20]
     if big:
-        gm = math.exp(sum(math.log(x) for x in big) / len(big))
+        gm = statistics.geometric_mean(big)
         print()
         print(
             f"At >= 16 MiB: geometric mean ratio {gm:.3f}, lowest {min(big):.3f} over {len(big)} rows "

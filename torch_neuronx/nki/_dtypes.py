@@ -99,8 +99,9 @@ def _ml_dtype(d):
 
 
 for _d in ALL:
-    if _d.name in _ML_NAMES and _ml_dtype(_d) is not None:
-        _FROM_NUMPY[_ml_dtype(_d)] = _d
+    _ml = _ml_dtype(_d)
+    if _ml is not None:
+        _FROM_NUMPY[_ml] = _d
 
 
 def as_dtype(d):
