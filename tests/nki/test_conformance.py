@@ -208,6 +208,44 @@ def test_memset_activation_copy_and_nl_copy_op():
     np.testing.assert_array_equal(c, 2 * a)
 
 
+def test_memset_accepts_both_documented_forms_and_positional_engine():
+    def body():
+        a = nl.ndarray((16, 8), nl.float32)
+        nisa.memset(a, 3.0, nisa.engine.gpsimd)  # AWS's current signature: memset(dst, value, engine)
+        b = nl.ndarray((16, 8), nl.int32)
+        nisa.memset(dst=b, value=4)
+        c = nisa.memset(shape=(16, 8), value=5.0, dtype=nl.float32)
+        d = nisa.memset((16, 8), 6, dtype=nl.int32)
+        return a, b, c, d
+
+    a, b, c, d = _run(body)
+    assert (a == 3.0).all() and (b == 4).all() and (c == 5.0).all() and (d == 6).all()
+    assert b.dtype == np.int32 and d.dtype == np.int32
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda t: nisa.memset(t.shape, 0.5, nl.float32, dst=t),  # old positionals + new dst=
+        lambda t: nisa.memset(t, 0.5, nl.float32),
+        lambda t: nisa.memset(dst=t, value=0.5, dtype=nl.float32),
+        lambda t: nisa.memset(t, value=0.5, shape=t.shape),
+        lambda t: nisa.memset(t.shape, 0.5),  # old form without dtype
+        lambda t: nisa.memset(t),  # no value
+        lambda t: nisa.memset(t.shape, 0.5, nl.float32, 1.0),
+        lambda t: nisa.memset(t.shape, 0.5, nl.float32, value=1.0),
+    ],
+)
+def test_memset_rejects_calls_matching_neither_form(call):
+    def body():
+        t = nl.ndarray((16, 8), nl.float32)
+        call(t)
+        return t
+
+    with pytest.raises(TypeError, match=r"nisa\.memset\(dst, value\).*nisa\.memset\(shape, value, dtype\)"):
+        _run(body)
+
+
 def test_activation_reduce_into_p1():
     a = _x(128, 200)
 

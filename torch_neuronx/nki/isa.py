@@ -35,6 +35,8 @@ class engine(enum.Enum):
     sync = 6
 
 
+_Engine = engine  # instructions' `engine=` parameter shadows the class
+
 # module-level names the API documents
 tensor_engine, vector_engine, scalar_engine, gpsimd_engine = (
     engine.tensor,
@@ -591,24 +593,43 @@ def sequence_bounds(*args, segment_ids=None, dst=None, name=None):
     return _write_or_new(vals, d or dt.int32, dst, instr)
 
 
+_MEMSET_FORMS = (
+    "call nisa.memset(dst, value) to fill dst, or the older nisa.memset(shape, value, dtype) "
+    "to get a new tile; the two forms cannot be mixed"
+)
+
+
 def memset(*args, value=None, dtype=None, engine=engine.unknown, mask=None, dst=None, shape=None, name=None):
     """Fill ``dst`` with ``value``: ``memset(dst, value)``; or the older
     ``memset(shape, value, dtype)`` returning a new tile (Vector Engine)."""
     instr = "nisa.memset"
-    if args and isinstance(args[0], NkiTensor) and dst is None:
+    given = {"shape": shape, "value": value, "dtype": dtype}
+    if dst is None and args and isinstance(args[0], NkiTensor):
         dst, args = args[0], args[1:]
-    if dst is None and args:
-        shape, args = args[0], args[1:]
-    if value is None and args:
-        value, args = args[0], args[1:]
-    if dtype is None and args:
-        dtype = args[0]
-    if value is None:
-        raise TypeError(f"{instr}: missing 'value'")
-    target_shape = dst.shape if dst is not None else tuple(shape)
-    out_d = dst.dtype if dst is not None else dt.as_dtype(dtype)
-    if out_d is None:
-        raise TypeError(f"{instr}: missing 'dtype' (or pass dst=)")
+    if dst is not None:
+        # AWS's current signature memset(dst, value, engine=..., name=None) lets engine be positional
+        if len(args) == 2 and isinstance(args[1], _Engine) and engine is _Engine.unknown:
+            engine, args = args[1], args[:1]
+        positional = ["value"]
+        if shape is not None or dtype is not None or len(args) > len(positional):
+            # e.g. memset(t.shape, 0.5, nl.float32, dst=t) would otherwise fill t with the shape's numbers
+            raise TypeError(
+                f"{instr}: got dst together with a shape, a dtype or extra positional arguments; {_MEMSET_FORMS}"
+            )
+    else:
+        positional = ["shape", "value", "dtype"]
+        if len(args) > len(positional):
+            raise TypeError(f"{instr}: takes at most 3 positional arguments, got {len(args)}; {_MEMSET_FORMS}")
+    for key, arg in zip(positional, args):
+        if given[key] is not None:
+            raise TypeError(f"{instr}: got multiple values for {key!r}; {_MEMSET_FORMS}")
+        given[key] = arg
+    missing = [key for key in positional if given[key] is None]
+    if missing:
+        raise TypeError(f"{instr}: missing {', '.join(repr(k) for k in missing)}; {_MEMSET_FORMS}")
+    value = given["value"]
+    target_shape = dst.shape if dst is not None else tuple(given["shape"])
+    out_d = dst.dtype if dst is not None else dt.as_dtype(given["dtype"])
     _ops.charge_elementwise(_engine(engine, "Vector"), instr, target_shape, n_inputs=0, dtypes=[out_d])
     vals = np.full(target_shape, value, np.float64 if out_d.is_float else np.int64)
     return _write_or_new(vals, out_d, dst, instr, mask)
