@@ -189,7 +189,7 @@ def test_dma_is_charged_by_bytes_moved():
     assert rep.hbm_bytes == 128 * 512 * (4 + 2)
 
 
-def test_benchmark_writes_chrome_trace_and_rejects_neff(tmp_path):
+def test_benchmark_writes_chrome_trace(tmp_path):
     import json
 
     path = tmp_path / "profile.json"
@@ -201,7 +201,25 @@ def test_benchmark_writes_chrome_trace_and_rejects_neff(tmp_path):
     assert spans[1]["ts"] == pytest.approx(spans[0]["dur"])  # one DMA timeline, back to back
     end = max(e["ts"] + e["dur"] for e in spans)
     assert end == pytest.approx(bench.benchmark_result.nc_latency.get_latency_percentile(50))
-    with pytest.raises(NotImplementedError, match="save_neff_name"):
-        nki.benchmark(_copy, save_neff_name="file.neff")
     with pytest.raises(TypeError, match="unexpected keyword"):
         nki.benchmark(_copy, save_neff="x")
+
+
+def test_benchmark_with_save_neff_name_warns_once_and_runs(tmp_path, monkeypatch):
+    from torch_neuronx.nki import _jit
+
+    monkeypatch.setattr(_jit, "_warned_no_neff", False)
+    monkeypatch.chdir(tmp_path)
+    a = np.ones((128, 8192), np.float32)
+    with pytest.warns(UserWarning, match="no NEFF file is written") as caught:
+        # the decorator form AWS's tutorials use, then the direct form, then a grid
+        bench = nki.benchmark(warmup=2, iters=5, save_neff_name="file.neff", save_trace_name="profile.ntff")(_copy)
+        bench(a)
+        again = nki.benchmark(_copy, save_neff_name="file.neff")
+        again(a)
+        nki.benchmark(_copy, save_neff_name="file.neff")[1](a)
+    assert len([w for w in caught if "NEFF" in str(w.message)]) == 1
+    assert caught[0].filename == __file__  # points at the caller's line
+    assert bench.benchmark_result.nc_latency.get_latency_percentile(50) > 0
+    assert again.benchmark_result.nc_latency.get_latency_percentile(99) > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["profile.ntff"]  # the trace; no NEFF

@@ -1,6 +1,7 @@
 """``@nki.jit`` kernels, launch grids and the simulate/benchmark entry points."""
 
 import functools
+import warnings
 
 from ._context import current_run
 from ._simulator import run_kernel
@@ -113,6 +114,23 @@ class _BenchmarkResult:
         self.nc_latency = _Latency(report.total_time_s)
 
 
+_warned_no_neff = False
+
+
+def _warn_no_neff():
+    # AWS's tutorials pass save_neff_name; they should run unmodified, so say once what is missing.
+    global _warned_no_neff
+    if _warned_no_neff:
+        return
+    _warned_no_neff = True
+    warnings.warn(
+        "nki.benchmark(save_neff_name=...): the simulator does not compile kernels, so no NEFF file "
+        "is written; the latency estimate is still set (save_trace_name= writes the simulated timeline)",
+        UserWarning,
+        stacklevel=3,
+    )
+
+
 def benchmark(
     kernel=None, *, warmup=None, iters=None, save_neff_name=None, save_trace_name=None, platform_target=None, **options
 ):
@@ -121,15 +139,12 @@ def benchmark(
 
     ``save_trace_name`` writes the simulated engine timeline as a Chrome trace (JSON,
     open in ``chrome://tracing`` or Perfetto) whatever the file's extension. There is no
-    compiler here, so ``save_neff_name`` is rejected. ``warmup``/``iters`` are accepted:
-    the estimate is deterministic, so one run gives every percentile.
+    compiler here, so ``save_neff_name`` writes nothing (a UserWarning says so, once).
+    ``warmup``/``iters`` are accepted: the estimate is deterministic, so one run gives every
+    percentile.
     """
     if save_neff_name is not None:
-        raise NotImplementedError(
-            "nki.benchmark(save_neff_name=...): the simulator does not compile kernels, so "
-            "there is no NEFF to save; drop save_neff_name (save_trace_name writes the "
-            "simulated timeline)"
-        )
+        _warn_no_neff()
     for name, v in (("warmup", warmup), ("iters", iters)):
         if v is not None and (not isinstance(v, int) or v < 0):
             raise ValueError(f"nki.benchmark: {name} must be a non-negative int, got {v!r}")
