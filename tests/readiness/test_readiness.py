@@ -157,6 +157,30 @@ def test_saved_report_files(tmp_path):
     assert json.loads((tmp_path / "report.json").read_text())["verdict"] == r.report.verdict
 
 
+def _assert_saved_without_pictures(out: Path):
+    assert {p.name for p in out.iterdir()} == {"report.json", "report.md", "report.html"}
+    md, html = (out / "report.md").read_text(), (out / "report.html").read_text()
+    assert "## Estimated time on Trainium" in md and "aten::" in md
+    assert "](memory.png)" not in md and "data:image/png" not in html
+    for text in (md, html):
+        assert "need matplotlib" in text and "pip install matplotlib" in text
+    assert json.loads((out / "report.json").read_text())["estimates"]
+
+
+def test_saved_report_without_matplotlib_has_no_pictures_and_says_how_to_get_them(tmp_path, monkeypatch):
+    from torch_neuronx.readiness import _report
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    monkeypatch.setattr(_report, "_warned_no_pictures", False)
+    with pytest.warns(UserWarning, match="pip install matplotlib") as caught:
+        for out in (tmp_path / "a", tmp_path / "b"):
+            with torch_neuronx.readiness(out=str(out)) as r:
+                torch.randn(32, 32, device="neuron").sum()
+            _assert_saved_without_pictures(out)
+    assert len([w for w in caught if "matplotlib" in str(w.message)]) == 1
+    assert r.report.pictures() == {} and "readiness" in r.report.summary()
+
+
 def test_bad_options_raise_clear_errors():
     with pytest.raises(ValueError, match="not a supported instance type"):
         torch_neuronx.readiness(instance="trn9.huge")
@@ -280,6 +304,23 @@ def test_check_cli_plain_python(tmp_path):
     assert "torch-neuronx readiness: runs natively" in p.stdout
     data = json.loads((out / "report.json").read_text())
     assert _op(data["estimates"][0], "aten::mm")["flops"] == 2 * 64**3
+
+
+def test_check_cli_without_matplotlib_writes_the_report(tmp_path):
+    out = tmp_path / "report"
+    # the report is built by the `check` process: matplotlib is made unimportable there
+    cli = "import sys; sys.modules['matplotlib'] = None; from torch_neuronx.cli import main; sys.exit(main())"
+    p = subprocess.run(
+        [sys.executable, "-c", cli, "check", "--out", str(out), "--", sys.executable, str(SCRIPTS / "plain.py")],
+        env=worker_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "torch-neuronx readiness: runs natively" in p.stdout
+    assert p.stderr.count("pip install matplotlib") == 1
+    _assert_saved_without_pictures(out)
 
 
 def test_check_cli_usage_errors(tmp_path):

@@ -5,16 +5,24 @@ from __future__ import annotations
 import io
 
 GiB = float(1 << 30)
+MISSING = (
+    "The pictures (memory over time, estimated time per op) are left out: they need matplotlib, "
+    "which is not installed. To get them, `pip install matplotlib` (it also comes with "
+    "`torch-neuronx[hf]`) and run the report again."
+)
+
+
+def available() -> bool:
+    """Whether matplotlib can be imported (the pictures need it; the rest of the report does not)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _figure(width=8.0, height=3.6):
-    try:
-        import matplotlib
-    except ModuleNotFoundError:
-        raise ModuleNotFoundError(
-            "the readiness report's pictures need matplotlib: pip install matplotlib "
-            "(it comes with torch-neuronx[hf])"
-        ) from None
+    import matplotlib
 
     matplotlib.use("Agg", force=False)
     from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend

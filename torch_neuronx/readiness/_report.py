@@ -7,6 +7,8 @@ import collections
 import html
 import json
 import os
+import re
+import warnings
 
 from .. import _hardware as hw
 from . import _estimate
@@ -331,8 +333,8 @@ class Report:
         )
         return out
 
-    def to_markdown(self, images: dict | None = None) -> str:
-        """Markdown; `images` maps a caption to a file name next to the report."""
+    def to_markdown(self, images: dict | None = None, note: str | None = None) -> str:
+        """Markdown; `images` maps a caption to a file name next to the report; `note` ends it."""
         lines = ["# torch-neuronx readiness report", ""]
         for title, text, headers, rows in self._sections():
             lines += [f"## {title}", ""]
@@ -346,10 +348,12 @@ class Report:
                 lines.append("")
         for caption, name in (images or {}).items():
             lines += [f"![{caption}]({name})", ""]
+        if note:
+            lines += [note, ""]
         return "\n".join(lines)
 
-    def to_html(self, pngs: dict | None = None) -> str:
-        """One self-contained HTML page; `pngs` maps a caption to PNG bytes (embedded)."""
+    def to_html(self, pngs: dict | None = None, note: str | None = None) -> str:
+        """One self-contained HTML page; `pngs` maps a caption to PNG bytes (embedded); `note` ends it."""
         e = html.escape
         parts = [
             "<!doctype html><html><head><meta charset='utf-8'><title>torch-neuronx readiness report</title>",
@@ -378,32 +382,43 @@ class Report:
                 f"<h2>{e(caption)}</h2><img alt='{e(caption)}' "
                 f"src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
             )
+        if note:
+            parts.append(f"<p>{_code_spans(e(note))}</p>")
         parts.append("</body></html>")
         return "\n".join(parts)
 
     def pictures(self) -> dict:
-        """{caption: PNG bytes}: memory over time per core, estimated time per op."""
+        """{caption: PNG bytes}: memory over time per core, estimated time per op.
+
+        Empty, with one warning per process, when matplotlib is not installed.
+        """
         from . import _plots
 
+        if not _plots.available():
+            _warn_no_pictures()
+            return {}
         return {
             "Memory over time": _plots.memory_png(self.data["memory"], self.data["capacity_per_core"]),
             "Estimated time per op": _plots.ops_png(self.data["estimates"]),
         }
 
     def save(self, directory: str) -> dict:
-        """Write report.json, report.md, report.html and the PNGs; return their paths."""
+        """Write report.json, report.md, report.html and the PNGs (when matplotlib is installed); return their paths."""
+        from . import _plots
+
         os.makedirs(directory, exist_ok=True)
         pngs = self.pictures()
-        files = {"memory.png": pngs["Memory over time"], "ops.png": pngs["Estimated time per op"]}
+        names = {caption: _PICTURE_FILES[caption] for caption in pngs}
+        note = None if pngs else _plots.MISSING
         paths = {}
-        for name, blob in files.items():
-            paths[name] = os.path.join(directory, name)
-            with open(paths[name], "wb") as f:
+        for caption, blob in pngs.items():
+            paths[names[caption]] = os.path.join(directory, names[caption])
+            with open(paths[names[caption]], "wb") as f:
                 f.write(blob)
         texts = {
             "report.json": self.to_json(),
-            "report.md": self.to_markdown({"Memory over time": "memory.png", "Estimated time per op": "ops.png"}),
-            "report.html": self.to_html(pngs),
+            "report.md": self.to_markdown(names, note=note),
+            "report.html": self.to_html(pngs, note=note),
         }
         for name, text in texts.items():
             paths[name] = os.path.join(directory, name)
@@ -416,6 +431,25 @@ class Report:
 
 
 # -- building blocks -----------------------------------------------------------
+_PICTURE_FILES = {"Memory over time": "memory.png", "Estimated time per op": "ops.png"}
+_warned_no_pictures = False
+
+
+def _warn_no_pictures():
+    # One run may build several reports (one per `with` block); one warning is enough.
+    global _warned_no_pictures
+    if _warned_no_pictures:
+        return
+    _warned_no_pictures = True
+    from . import _plots
+
+    warnings.warn(f"torch-neuronx readiness: {_plots.MISSING}", UserWarning, stacklevel=4)
+
+
+def _code_spans(text: str) -> str:
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
+
+
 def _merge_fallbacks(raws) -> list:
     merged: dict = {}
     for r in raws:
