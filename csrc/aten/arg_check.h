@@ -69,11 +69,8 @@ class ArgCheck {
     if (dev_ < 0) dev_ = current_device();
     if (bad_arg_ >= 0) device_mismatch(meta_, schema_, bad_arg_, bad_device_, at::Device(kNeuron, dev_));
     meta_.executed.fetch_add(1, std::memory_order_relaxed);
-    if (meta_.no_native_lowering) {
-      record_fallback(meta_, "no Trainium lowering");
-    } else if (odd_dtype_) {
-      record_fallback(meta_, std::string(odd_dtype_) + " is not native on Trainium");
-    }
+    if (meta_.no_native_lowering || odd_dtype_)
+      record_fallback(meta_, fallback_reason(meta_.no_native_lowering, odd_dtype_));
     return dev_;
   }
 

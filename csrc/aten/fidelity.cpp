@@ -29,6 +29,12 @@ bool strict_fallback() {
 
 }  // namespace
 
+std::string fallback_reason(bool no_native_lowering, const char* non_native_dtype_name) {
+  if (no_native_lowering) return "no Trainium lowering";
+  if (non_native_dtype_name) return std::string(non_native_dtype_name) + " is not native on Trainium";
+  return "";
+}
+
 void record_fallback(OpMeta& meta, const std::string& reason) {
   TORCH_CHECK(!strict_fallback(), "Operator '", meta.name, "' is not supported natively on Trainium (", reason,
               ") and TORCH_NEURONX_STRICT_FALLBACK=1 forbids the CPU fallback");

@@ -28,6 +28,11 @@ inline const char* non_native_dtype(at::ScalarType t) {
   }
 }
 
+// Why an op would not run natively on Trainium, or "" when it would: the one
+// wording of the reasons, for the fallback paths and the dry run (which runs no
+// fallback but reports what a real run would).
+std::string fallback_reason(bool no_native_lowering, const char* non_native_dtype_name);
+
 // Records a fallback of the op (warning once per op); raises under
 // TORCH_NEURONX_STRICT_FALLBACK=1.
 void record_fallback(OpMeta& meta, const std::string& reason);

@@ -14,6 +14,8 @@ std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpMeta>> g_meta;
 
 bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
 
+}  // namespace
+
 // Ops with no Trainium lowering in the real system's eager mode: dense linear
 // algebra factorizations and solvers run on the host there.
 bool lacks_native_lowering(const std::string& name) {
@@ -31,8 +33,6 @@ bool lacks_native_lowering(const std::string& name) {
     if (starts_with(name, p)) return true;
   return false;
 }
-
-}  // namespace
 
 OpMeta& meta_lookup(const c10::OperatorHandle& op, const c10::FunctionSchema* key) {
   {

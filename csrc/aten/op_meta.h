@@ -23,6 +23,9 @@ struct OpMeta {
   std::atomic<bool> warned{false};
 };
 
+// Ops with no Trainium lowering in the real system's eager mode (they run on the host there).
+bool lacks_native_lowering(const std::string& name);
+
 // The registry's entry for `key`, created on first use (thread-safe).
 OpMeta& meta_lookup(const c10::OperatorHandle& op, const c10::FunctionSchema* key);
 

@@ -70,6 +70,17 @@ c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes) {
   return {ptr, ptr, &free_device_memory, c10::Device(kNeuron, device)};
 }
 
+uintptr_t reserve_on(c10::DeviceIndex device, size_t nbytes) {
+  lazy_init();
+  check_device_index(device);
+  void* token = nullptr;
+  auto status = rt::Runtime::get().reserve(device, nbytes, &token);
+  if (status != rt::AllocStatus::Ok) raise_oom(device, nbytes, status);
+  return reinterpret_cast<uintptr_t>(token);
+}
+
+void release_reservation(uintptr_t token) { rt::Runtime::get().free(reinterpret_cast<void*>(token)); }
+
 bool is_device_memory(const c10::DataPtr& dp) { return dp.get_deleter() == &free_device_memory; }
 
 namespace {

@@ -12,6 +12,12 @@ namespace neuron {
 c10::Allocator* device_allocator();
 c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes);
 
+// The dry run's accounting of a tensor storage that holds no data: the core's
+// allocator counts it (peaks, cache, OutOfMemoryError at the capacity) as it
+// would count a real allocation. Returns a token for release_reservation().
+uintptr_t reserve_on(c10::DeviceIndex device, size_t nbytes);
+void release_reservation(uintptr_t token);
+
 // While alive, CPU allocations made by this thread (the CPU kernels run by the
 // fallback) are charged to `device` and may be adopted as device memory.
 struct ChargeCpuAllocationsTo {

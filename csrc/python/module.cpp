@@ -10,6 +10,7 @@
 #include "aten/fallback.h"
 #include "aten/fidelity.h"
 #include "aten/op_meta.h"
+#include "device/allocator.h"
 #include "device/device.h"
 #include "device/generator.h"
 #include "distributed/collectives.h"
@@ -110,5 +111,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_fallback_count", &fallback_count);
   m.def("_last_fallback_reason", &last_fallback_reason);
   m.def("_clear_op_tracking", &clear_op_tracking);
+  // The dry run: accounting of data-less storages, and the fallback judgement of ops it does not run.
+  m.def("_reserve", [](int64_t device, uint64_t nbytes) {
+    return reserve_on(static_cast<c10::DeviceIndex>(device), static_cast<size_t>(nbytes));
+  });
+  m.def("_release", [](uintptr_t token) { release_reservation(token); });
+  m.def("_fallback_reason", [](const std::string& op, const std::vector<at::ScalarType>& dtypes) {
+    const char* odd = nullptr;
+    for (auto t : dtypes)
+      if ((odd = non_native_dtype(t))) break;
+    return fallback_reason(lacks_native_lowering(op), odd);
+  });
   profiler::bind(m);
 }

@@ -54,6 +54,11 @@ class Runtime {
   // does; when a request would exceed the capacity, the cache is released
   // first and the request retried.
   AllocStatus allocate(int device, size_t nbytes, void** out);
+  // The same accounting without memory behind it (a dry run): counters, size
+  // classes, the cache of freed blocks and the capacity limit apply exactly as
+  // for allocate(), so a dry run's peaks and out-of-memory errors are the real
+  // ones, but *out is only a unique token for free(): never read or write it.
+  AllocStatus reserve(int device, size_t nbytes, void** out);
   // Returns false (and does nothing) when ptr is not device memory.
   bool free(void* ptr);
   // Returns the cached blocks of one core (or all with -1) to the host.
@@ -75,6 +80,7 @@ class Runtime {
 
  private:
   Runtime();
+  AllocStatus obtain(int device, size_t nbytes, void** out, bool backed);
   InstanceInfo info_;
   struct State;
   State* state_;

@@ -23,7 +23,12 @@ namespace {
 struct Live {
   int device;
   size_t nbytes;
+  bool backed;
 };
+
+// An unbacked block's token is a small host chunk: unique while live, and it
+// holds the free-list link when the block is cached (BlockCache is intrusive).
+constexpr size_t kTokenBytes = 64;
 
 }  // namespace
 
@@ -31,13 +36,14 @@ struct Runtime::State {
   mutable std::mutex mu;
   std::vector<MemoryCounters> counters;
   std::vector<BlockCache> caches;
+  std::vector<BlockCache> token_caches;  // freed unbacked blocks, kept apart from real ones
   ska::flat_hash_map<const void*, Live> live;
 
   // Under mu. Moves one core's cached blocks into `out`; returns their bytes.
   void uncache(int device, std::vector<void*>& out) {
     auto& c = counters[device];
     const size_t before = out.size();
-    const uint64_t bytes = caches[device].take_all(out);
+    const uint64_t bytes = caches[device].take_all(out) + token_caches[device].take_all(out);
     c.reserved_current -= bytes;
     c.released_total += bytes;
     c.segment_count -= out.size() - before;
@@ -63,20 +69,27 @@ Runtime& Runtime::get() {
 Runtime::Runtime() : info_(describe_instance()), state_(new State) {
   state_->counters.resize(info_.visible.size());
   state_->caches.resize(info_.visible.size());
+  state_->token_caches.resize(info_.visible.size());
   state_->live.reserve(1 << 14);
   for (size_t i = 0; i < info_.visible.size(); ++i) state_->counters[i].capacity = info_.visible[i].hbm_capacity;
 }
 
-AllocStatus Runtime::allocate(int device, size_t nbytes, void** out) {
+AllocStatus Runtime::allocate(int device, size_t nbytes, void** out) { return obtain(device, nbytes, out, true); }
+
+AllocStatus Runtime::reserve(int device, size_t nbytes, void** out) { return obtain(device, nbytes, out, false); }
+
+AllocStatus Runtime::obtain(int device, size_t nbytes, void** out, bool backed) {
   *out = nullptr;
   auto& c = state_->counters.at(device);  // sized once at start-up
   const size_t block = block_bytes(nbytes);
   std::unique_lock<std::mutex> lock(state_->mu);
   void* p = nullptr;
   if (nbytes > 0) {
-    if (block <= kMaxCachedBlock) p = state_->caches[device].pop(size_class(block));
+    auto& cache = backed ? state_->caches[device] : state_->token_caches[device];
+    if (block <= kMaxCachedBlock) p = cache.pop(size_class(block));
     if (!p) {
-      if (c.reserved_current + block > c.capacity && state_->caches[device].bytes > 0) {
+      if (c.reserved_current + block > c.capacity &&
+          state_->caches[device].bytes + state_->token_caches[device].bytes > 0) {
         // As a caching allocator does before giving up: release the cache, retry.
         std::vector<void*> cached;
         state_->uncache(device, cached);
@@ -93,7 +106,7 @@ AllocStatus Runtime::allocate(int device, size_t nbytes, void** out) {
       // get the host memory outside the lock.
       c.reserved_current += block;
       lock.unlock();
-      if (posix_memalign(&p, 64, block) != 0) p = nullptr;
+      if (posix_memalign(&p, 64, backed ? block : kTokenBytes) != 0) p = nullptr;
       lock.lock();
       if (!p) {
         c.reserved_current -= block;
@@ -104,7 +117,7 @@ AllocStatus Runtime::allocate(int device, size_t nbytes, void** out) {
       c.reserved_total += block;
       c.segment_count_peak = std::max(c.segment_count_peak, ++c.segment_count);
     }
-    state_->live.emplace(p, Live{device, nbytes});
+    state_->live.emplace(p, Live{device, nbytes, backed});
     c.live_count_peak = std::max(c.live_count_peak, ++c.live_count);
   }
   c.allocated_current += nbytes;
@@ -124,6 +137,7 @@ bool Runtime::free(void* ptr) {
     if (it == state_->live.end()) return false;
     const int device = it->second.device;
     const size_t nbytes = it->second.nbytes;
+    const bool backed = it->second.backed;
     state_->live.erase(it);
     auto& c = state_->counters[device];
     c.allocated_current -= nbytes;
@@ -131,7 +145,7 @@ bool Runtime::free(void* ptr) {
     ++c.num_frees;
     --c.live_count;
     block = block_bytes(nbytes);
-    if (state_->caches[device].push(ptr, block)) return true;
+    if ((backed ? state_->caches : state_->token_caches)[device].push(ptr, block)) return true;
     c.reserved_current -= block;
     c.released_total += block;
     --c.segment_count;
@@ -184,8 +198,9 @@ std::vector<BlockInfo> Runtime::blocks() const {
   for (const auto& [p, l] : state_->live) out.push_back({l.device, p, l.nbytes, block_bytes(l.nbytes), false});
   for (int d = 0; d < device_count(); ++d)
     for (int cls = 0; cls < kNumClasses; ++cls)
-      for (void* p = state_->caches[d].heads[cls]; p; p = *static_cast<void**>(p))
-        out.push_back({d, p, 0, class_bytes(cls), true});
+      for (const BlockCache* cache : {&state_->caches[d], &state_->token_caches[d]})
+        for (void* p = cache->heads[cls]; p; p = *static_cast<void**>(p))
+          out.push_back({d, p, 0, class_bytes(cls), true});
   return out;
 }
 
