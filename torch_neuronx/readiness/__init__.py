@@ -26,11 +26,18 @@ class Readiness:
     simulator runs, TORCH_NEURONX_INSTANCE_TYPE / NEURON_LOGICAL_NC_CONFIG).
     capacity: HBM bytes per logical core for the fit verdict instead of the instance's.
     out: a directory to write report.{md,html,json} and the pictures to on exit.
+    dry_run: run the block at its real size with no data (see docs/readiness.md, "Dry run"):
+    every tensor made inside it is a fake one, the allocator accounting is real.
     Entering resets the devices' peak memory statistics, so the peaks are the block's.
     """
 
     def __init__(
-        self, instance: str | None = None, lnc: int | None = None, capacity: int | None = None, out: str | None = None
+        self,
+        instance: str | None = None,
+        lnc: int | None = None,
+        capacity: int | None = None,
+        out: str | None = None,
+        dry_run: bool = False,
     ):
         from .. import _hardware
 
@@ -38,21 +45,30 @@ class Readiness:
             _hardware.instance(instance)  # raises a clear error for an unknown name
         self._options = {"instance": instance, "lnc": lnc, "capacity": capacity}
         self.out = out
+        self.dry_run = dry_run
         self.report: Report | None = None
         self._collector = None
+        self._dry = None
 
     def __enter__(self) -> "Readiness":
         from ._collect import Collector
 
         if self._collector is not None:
             raise RuntimeError("a readiness() context cannot be entered twice; create a new one")
-        self._collector = Collector()
+        if self.dry_run:
+            from ._dryrun import DryRun
+
+            self._dry = DryRun()
+            self._dry.start()
+        self._collector = Collector(self._dry)
         self._collector.start()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         c = self._collector
         c.stop()
+        if self._dry is not None:
+            self._dry.stop()
         if exc is not None:
             c.error = f"{exc_type.__name__}: {exc}"
         self.report = Report([c.raw()], **self._options)
@@ -65,10 +81,14 @@ class Readiness:
 
 
 def readiness(
-    instance: str | None = None, lnc: int | None = None, capacity: int | None = None, out: str | None = None
+    instance: str | None = None,
+    lnc: int | None = None,
+    capacity: int | None = None,
+    out: str | None = None,
+    dry_run: bool = False,
 ) -> Readiness:
     """Record the code in a ``with`` block and judge it against Trainium (see :class:`Readiness`)."""
-    return Readiness(instance=instance, lnc=lnc, capacity=capacity, out=out)
+    return Readiness(instance=instance, lnc=lnc, capacity=capacity, out=out, dry_run=dry_run)
 
 
 class _CallableModule(types.ModuleType):

@@ -29,6 +29,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import _C
 from ..profiler import _graphs
+from . import _fake
 
 _TOP_TENSORS = 10
 _SAMPLE_S = 0.002  # memory counters are read at most this often per core (they cost ~8 us)
@@ -56,6 +57,24 @@ _METADATA_OPS = frozenset(
         "aten::empty_strided",
         "aten::new_empty",
         "aten::new_empty_strided",
+    }
+)
+
+
+# Copies and allocations run by the device's own memory kernels, never through the CPU
+# fallback, so no dtype makes them fall back (a dry run must judge them as a real run does).
+_MEMORY_KERNEL_OPS = _METADATA_OPS | frozenset(
+    {
+        "aten::_to_copy",
+        "aten::copy_",
+        "aten::_copy_from",
+        "aten::_copy_from_and_resize",
+        "aten::resize_",
+        "aten::as_strided",
+        "aten::view",
+        "aten::set_",
+        "aten::_local_scalar_dense",
+        "aten::lift_fresh_copy",
     }
 )
 
@@ -119,6 +138,8 @@ class _FuncInfo:
         self.flops = flop_registry.get(func._overloadpacket)
         if self.name.split("::")[0] in ("c10d", "_c10d_functional"):
             self.kind = "collective" if func in _collective_ops() else "other"
+        elif self.name.startswith("prim::"):
+            self.kind = "none"  # metadata queries (prim::device): seen only on fake tensors
         elif func.is_view or self.name.split(".")[0] in _METADATA_OPS:
             self.kind = "view"
         elif self.flops is not None:
@@ -243,6 +264,13 @@ class _Mode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.c.dry is not None:  # nothing runs, so nothing falls back: ask what would
+            out = func(*args, **kwargs)
+            try:
+                self.c._record(func, args, kwargs, out, self.c._would_fall_back(func, args, kwargs, out))
+            except Exception as e:
+                self.c.errors[f"{func}: {type(e).__name__}: {e}"] += 1
+            return out
         n0 = _C._fallback_count()
         out = func(*args, **kwargs)
         try:
@@ -271,9 +299,15 @@ class _GraphBreakTap(logging.Filter):
 
 
 class Collector:
-    """Records one process's run; ``start()`` / ``stop()`` then ``raw()``."""
+    """Records one process's run; ``start()`` / ``stop()`` then ``raw()``.
 
-    def __init__(self):
+    With ``dry`` (a started :class:`~._dryrun.DryRun`), the run has no data: memory comes
+    from the dry run's accounting, and fallbacks are the ones a real run would take.
+    """
+
+    def __init__(self, dry=None):
+        self.dry = dry
+        self._would: dict = {}  # (op, dtypes) -> fallback reason ("" for none)
         self.step = 0
         self.ops: list[collections.Counter] = [collections.Counter()]  # per step: op key -> calls
         self.collectives: list[collections.Counter] = [collections.Counter()]
@@ -309,7 +343,8 @@ class Collector:
 
         self._t0 = time.perf_counter()
         self._dynamo0 = _dynamo_metrics()
-        self._adopt_existing_tensors()
+        if self.dry is None:
+            self._adopt_existing_tensors()
         # OOMs before the report are not this run's (the counter is process-wide)
         self._ooms0 = {}
         if _C._is_initialized():
@@ -402,7 +437,9 @@ class Collector:
         ins = _tensors(kwargs.values(), _tensors(args, []))
         outs = _tensors((out,) if isinstance(out, torch.Tensor) else out if isinstance(out, (list, tuple)) else (), [])
         for t in outs or ins:
-            if isinstance(t, FakeTensor):
+            if _fake.is_wrapper(t):
+                return  # DTensor and the like: their local tensors' ops are the ones that run
+            if self.dry is None and isinstance(t, FakeTensor):
                 return  # a compiler tracing shapes (e.g. a graph compiled on first call), not the run
         core = None
         for t in outs or ins:
@@ -417,6 +454,8 @@ class Collector:
             else:
                 return  # a host op: it runs on the host CPU on Trainium too
         name, kind = info.name, info.kind
+        if kind == "none":
+            return
         dtype = None
         for t in ins or outs:
             if t.is_floating_point():
@@ -442,7 +481,7 @@ class Collector:
             self.ops[self.step][(name, dname, kind, flops, nbytes, len(ins) + len(outs))] += 1
             if fallback is not None:
                 self._record_fallback(name, fallback, ins, outs)
-        if outs:  # views too: a view keeps its storage alive
+        if outs and self.dry is None:  # views too: a view keeps its storage alive
             for t in outs:
                 if t.device.type == "neuron":
                     self._track(t, name)
@@ -451,6 +490,19 @@ class Collector:
             snap is not None and self._bound[core] > snap[0] * _PEAK_STEP
         ):
             self._sample(core)
+
+    def _would_fall_back(self, func, args, kwargs, out):
+        """The reason a real run of this op on neuron would fall back to CPU, or None."""
+        ins = _tensors(kwargs.values(), _tensors(args, []))
+        outs = _tensors((out,) if isinstance(out, torch.Tensor) else out if isinstance(out, (list, tuple)) else (), [])
+        dtypes = tuple(sorted({t.dtype for t in ins + outs if t.device.type == "neuron"}, key=str))
+        if not dtypes or func.name().split(".")[0] in _MEMORY_KERNEL_OPS:
+            return None
+        key = (func, dtypes)
+        reason = self._would.get(key)
+        if reason is None:
+            reason = self._would[key] = _C._fallback_reason(func.name(), list(dtypes))
+        return reason or None
 
     def _record_fallback(self, name, reason, ins, outs) -> None:
         # "<dtype> is not native" names the dtype; "no Trainium lowering" has none.
@@ -530,6 +582,9 @@ class Collector:
         for core in sorted(self._series):
             c = _counters(core)
             snap = self._snap.get(core, (0, []))
+            dry = self.dry.snapshot(core) if self.dry is not None else None
+            if dry is not None:
+                snap = (dry["at"], dry["top"])
             memory[str(core)] = {
                 "peak_allocated": c["allocated_peak"],
                 "peak_reserved": c["reserved_peak"],
@@ -539,6 +594,8 @@ class Collector:
                 "top_tensors_at": snap[0],
                 "top_tensors": snap[1],
             }
+            if dry is not None:
+                memory[str(core)]["breakdown"] = dry["breakdown"]
         n_steps = self.step
         return {
             "rank": int(os.environ.get("RANK", 0)),
@@ -560,6 +617,7 @@ class Collector:
             "compile": _compile_delta(self._dynamo0, _dynamo_metrics(), self.graph_breaks, self.step_recompiles),
             "collector_errors": dict(self.errors),
             "error": self.error,
+            "dry_run": self.dry.raw() if self.dry is not None else None,
         }
 
 

@@ -1,0 +1,333 @@
+"""The dry run: a script at its real size, on the simulator, with no data.
+
+Every tensor (neuron and CPU) is a fake one: exact shapes, dtypes, strides and
+devices, no memory behind it, and every op runs its shape computation only
+(PyTorch's ``FakeTensorMode``). The device's allocator accounting stays real:
+each new neuron storage is reserved on its core through the same allocator a
+real run uses (``torch.neuron.memory_allocated``, peaks, the cache of freed
+blocks and ``torch.OutOfMemoryError`` at the core's HBM capacity, raised by the
+op that would raise it on the device), and released when the storage dies.
+
+What a dry run cannot know it says: values. A read of a value (``loss.item()``,
+``tolist()``, ``float(t)``) gets a placeholder and is listed with its source
+line; a branch on a tensor's value (``if loss < x:``) stops the run with
+:class:`ValueUnknownError` naming the line, since either way would be a guess.
+Checks that a value is finite (``isnan`` / ``isinf`` / ``isfinite``, as the
+Hugging Face Trainer makes on every step) are answered "finite".
+"""
+
+from __future__ import annotations
+
+import collections
+import dis
+import heapq
+import sys
+import threading
+import weakref
+
+import torch
+
+from .. import _C
+from . import _fake
+
+_aten = torch.ops.aten
+_PEAK_STEP = 1.02  # re-take the snapshot of live storages when usage grows by 2%
+_TOP_TENSORS = 10
+PLACEHOLDER = {"int": 1, "float": 1.0, "bool": False}  # 1, not 0: a count read as a divisor must not be zero
+
+CATEGORIES = ("parameters", "gradients", "optimizer state", "collective buffers", "activations and temporaries")
+
+# Boolean results whose value a dry run assumes: training data and weights are finite.
+_FINITE_CHECKS = {
+    _aten.isnan.default: False,
+    _aten.isinf.default: False,
+    _aten.isposinf.default: False,
+    _aten.isneginf.default: False,
+    _aten.isfinite.default: True,
+}
+_KNOWN_COMBINE = {  # op -> how a known result follows from known inputs
+    _aten.logical_not.default: lambda a: not a[0],
+    _aten.bitwise_not.default: lambda a: not a[0],
+    _aten.logical_or.default: lambda a: a[0] or a[1],
+    _aten.bitwise_or.Tensor: lambda a: a[0] or a[1],
+    _aten.logical_and.default: lambda a: a[0] and a[1],
+    _aten.bitwise_and.Tensor: lambda a: a[0] and a[1],
+    _aten.any.default: lambda a: a[0],
+    _aten.any.dim: lambda a: a[0],
+    _aten.any.dims: lambda a: a[0],
+    _aten.all.default: lambda a: a[0],
+    _aten.all.dim: lambda a: a[0],
+    _aten.clone.default: lambda a: a[0],
+    _aten._to_copy.default: lambda a: a[0],
+    _aten.view.default: lambda a: a[0],
+    _aten.squeeze.default: lambda a: a[0],
+    _aten.unsqueeze.default: lambda a: a[0],
+}
+# Opcodes that branch on the value just computed: the Python value of a tensor feeds control flow.
+_BRANCH_OPS = frozenset(
+    op
+    for name, op in dis.opmap.items()
+    if name.startswith(("POP_JUMP", "JUMP_IF_")) or name in ("UNARY_NOT", "TO_BOOL", "ASSERT")
+)
+
+_ACTIVE: DryRun | None = None
+
+
+def active() -> DryRun | None:
+    """The dry run in progress in this process, if any."""
+    return _ACTIVE
+
+
+class ValueUnknownError(RuntimeError):
+    """Control flow depends on a tensor value, which a dry run does not have."""
+
+
+def _user_frame():
+    from ._collect import _is_machinery
+
+    f = sys._getframe(2)
+    while f is not None and _is_machinery(f.f_code.co_filename):
+        f = f.f_back
+    return f
+
+
+def _site(f) -> str:
+    return f"{f.f_code.co_filename}:{f.f_lineno} ({f.f_code.co_name})" if f is not None else "<no Python caller>"
+
+
+def _branches_on_value(f) -> bool:
+    """True when the frame converts a tensor to a Python value to branch on it (``if t:``,
+    ``while not t:``, ``t and ...``, ``assert t``, ``if bool(t):``)."""
+    if f is None:
+        return False
+    code = f.f_code.co_code
+    i = f.f_lasti  # a byte offset: the instruction running now
+    if code[i] in _BRANCH_OPS:
+        return True
+    if dis.opname[code[i]] not in ("CALL", "PRECALL"):
+        return False
+    i += 2
+    while i < len(code) and dis.opname[code[i]] in ("CACHE", "EXTENDED_ARG", "PRECALL", "CALL"):
+        i += 2
+    return i < len(code) and code[i] in _BRANCH_OPS
+
+
+class _Mode(torch.utils._python_dispatch.TorchDispatchMode):
+    """Sits just above the fake mode: accounts new neuron storages, answers value reads."""
+
+    def __init__(self, dry: DryRun):
+        super().__init__()
+        self.dry = dry
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is _aten._local_scalar_dense.default:
+            return self.dry._read_value(args[0])
+        out = func(*args, **kwargs)
+        self.dry._after_op(func, args, out)
+        return out
+
+
+class DryRun:
+    """Runs the code between ``start()`` and ``stop()`` with fake tensors and real accounting."""
+
+    def __init__(self):
+        self.reads: collections.Counter = collections.Counter()  # (site, kind, placeholder) -> reads
+        self.assumed: collections.Counter = collections.Counter()  # (site, check, value) -> reads
+        self.weights_absent: list = []  # checkpoints loaded without weight files
+        self._live: dict = {}  # storage key -> [nbytes, shape, dtype, op, core, token, collective]
+        self._refs: dict = {}  # storage key -> weakref to the storage
+        self._known: dict = {}  # id(bool tensor) -> (weakref, its assumed value); no __eq__ on tensors
+        self._modules: weakref.WeakSet = weakref.WeakSet()
+        self._optimizers: weakref.WeakSet = weakref.WeakSet()
+        self._snap: dict = {}  # core -> snapshot at the highest usage seen
+        self._allocated: dict = collections.defaultdict(int)
+        self._lock = threading.Lock()
+        self._fake = None
+        self._mode = None
+        self._resize = _fake.StorageResizeTap(self._on_resize)
+        self._foreach = _fake.ForeachTap()
+        self._hooks = []
+        self._op = threading.local()
+
+    # -- lifecycle ---------------------------------------------------------------
+    def start(self) -> None:
+        global _ACTIVE
+        if _ACTIVE is not None:
+            raise RuntimeError("a dry run is already in progress in this process")
+        from torch.nn.modules.module import register_module_forward_pre_hook
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        self._fake = _fake.new_fake_mode()
+        self._fake.__enter__()
+        self._mode = _Mode(self)
+        self._mode.__enter__()
+        self._resize.install()
+        self._foreach.install()
+        self._hooks = [
+            register_module_forward_pre_hook(lambda m, args: self._modules.add(m)),
+            register_optimizer_step_pre_hook(lambda opt, args, kwargs: self._optimizers.add(opt)),
+        ]
+        _ACTIVE = self
+
+    def stop(self) -> None:
+        global _ACTIVE
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        self._resize.remove()
+        self._foreach.remove()
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            self._fake.__exit__(None, None, None)
+            self._mode = None
+        _ACTIVE = None
+
+    def add_module(self, module) -> None:
+        """Let the breakdown know a module (its parameters count as parameters)."""
+        self._modules.add(module)
+
+    # -- accounting --------------------------------------------------------------
+    def _after_op(self, func, args, out) -> None:
+        outs = out if isinstance(out, (list, tuple)) else (out,)
+        tensors = [t for t in outs if isinstance(t, torch.Tensor)]
+        if not tensors:
+            return
+        _fake.forget_outputs(self._fake, tensors)
+        name = None
+        for t in tensors:
+            if t.device.type != "neuron" or _fake.is_wrapper(t):
+                continue
+            key, st = _fake.storage_key(t)
+            if key in self._live:
+                continue
+            if name is None:
+                name = func.name()
+            self._account(key, st, st.nbytes(), t, name)
+        known = _FINITE_CHECKS.get(func)
+        if known is None and func in _KNOWN_COMBINE:
+            ins = [self._known_value(a) for a in args if isinstance(a, torch.Tensor)]
+            if ins and all(v is not None for v in ins):
+                known = _KNOWN_COMBINE[func](ins)
+        if known is not None and isinstance(out, torch.Tensor):
+            i = id(out)
+            self._known[i] = (weakref.ref(out, lambda _r: self._known.pop(i, None)), known)
+
+    def _known_value(self, t):
+        entry = self._known.get(id(t))
+        return entry[1] if entry is not None and entry[0]() is t else None
+
+    def _account(self, key, st, nbytes: int, t, op: str) -> None:
+        core = t.device.index
+        token = _C._reserve(core, nbytes) if nbytes else 0  # raises torch.OutOfMemoryError where the device would
+        collective = op.startswith(("c10d::", "_c10d_functional::"))
+        self._live[key] = [nbytes, tuple(t.shape), str(t.dtype).replace("torch.", ""), op, core, token, collective]
+        self._refs[key] = weakref.ref(st, lambda _r, key=key: self._release(key))
+        self._allocated[core] += nbytes
+        snap = self._snap.get(core)
+        if snap is None or self._allocated[core] > snap["at"] * _PEAK_STEP:
+            self._snap[core] = self._snapshot(core)
+
+    def _release(self, key) -> None:
+        entry = self._live.pop(key, None)
+        self._refs.pop(key, None)
+        if entry is not None:
+            self._allocated[entry[4]] -= entry[0]
+            if entry[5]:
+                _C._release(entry[5])
+
+    def _on_resize(self, storage, nbytes: int) -> None:
+        """FSDP2's storage resizes: the storage's memory is released or re-reserved."""
+        key = storage._cdata
+        entry = self._live.get(key)
+        if entry is None or entry[0] == nbytes or storage.device.type != "neuron":
+            return
+        core = entry[4]
+        token = _C._reserve(core, nbytes) if nbytes else 0  # may raise OutOfMemoryError, as FSDP2's would
+        if entry[5]:
+            _C._release(entry[5])
+        self._allocated[core] += nbytes - entry[0]
+        entry[0], entry[5] = nbytes, token
+        snap = self._snap.get(core)
+        if snap is None or self._allocated[core] > snap["at"] * _PEAK_STEP:
+            self._snap[core] = self._snapshot(core)
+
+    # -- the breakdown at the peak -------------------------------------------------
+    def _categories(self) -> dict:
+        """storage key -> category, for the storages parameters, gradients and optimizer state use now."""
+        cat = {}
+
+        def mark(t, c):
+            if isinstance(t, torch.Tensor):
+                t = _fake.local(t)
+                if t.device.type == "neuron":
+                    cat.setdefault(_fake.storage_key(t)[0], c)
+
+        params = []
+        for m in list(self._modules):
+            params.extend(p for p in m._parameters.values() if p is not None)
+        for opt in list(self._optimizers):
+            for g in opt.param_groups:
+                params.extend(g["params"])
+            for state in opt.state.values():
+                for v in state.values():
+                    mark(v, "optimizer state")
+        for p in params:
+            mark(p, "parameters")
+            mark(p.grad, "gradients")
+        return cat
+
+    def _snapshot(self, core: int) -> dict:
+        live = [(k, e) for k, e in self._live.items() if e[4] == core and e[0]]
+        cat = self._categories()
+        by_cat = dict.fromkeys(CATEGORIES, 0)
+        for k, e in live:
+            c = cat.get(k) or ("collective buffers" if e[6] else "activations and temporaries")
+            by_cat[c] += e[0]
+        top = heapq.nlargest(_TOP_TENSORS, live, key=lambda ke: ke[1][0])
+        return {
+            "at": self._allocated[core],
+            "breakdown": by_cat,
+            "top": [
+                {
+                    "bytes": e[0],
+                    "shape": list(e[1]),
+                    "dtype": e[2],
+                    "op": e[3],
+                    "kind": cat.get(k) or ("collective buffers" if e[6] else "activations and temporaries"),
+                }
+                for k, e in top
+            ],
+        }
+
+    def snapshot(self, core: int) -> dict | None:
+        """The live storages of a core at its highest usage seen (within 2%)."""
+        return self._snap.get(core)
+
+    # -- values ------------------------------------------------------------------
+    def _read_value(self, t: torch.Tensor):
+        f = _user_frame()
+        known = self._known_value(t)
+        if known is not None:
+            self.assumed[(_site(f), "finite", known)] += 1
+            return known
+        if _branches_on_value(f):
+            raise ValueUnknownError(
+                f"dry run: control flow at {_site(f)} depends on a tensor value ({t.dtype}, shape "
+                f"{list(t.shape)}), which a dry run does not compute. Run this script without --dry-run, "
+                "or make the branch independent of tensor values (e.g. a fixed step count)."
+            )
+        kind = "float" if t.is_floating_point() else "bool" if t.dtype == torch.bool else "int"
+        value = PLACEHOLDER[kind]
+        self.reads[(_site(f), kind, value)] += 1
+        return value
+
+    # -- the record ----------------------------------------------------------------
+    def raw(self) -> dict:
+        return {
+            "value_reads": [
+                {"site": s, "kind": k, "placeholder": v, "count": n} for (s, k, v), n in self.reads.most_common()
+            ],
+            "assumed": [{"site": s, "check": c, "value": v, "count": n} for (s, c, v), n in self.assumed.most_common()],
+            "weights_absent": list(self.weights_absent),
+        }

@@ -1,0 +1,122 @@
+"""Every private PyTorch detail the dry run relies on, in one place (torch 2.13).
+
+The dry run runs a script under PyTorch's ``FakeTensorMode``: tensors carry shapes,
+dtypes, strides and devices but no data. A few behaviours of that mode, and of the
+code that runs under it, need help that no public API gives; each is here with the
+reason, so a PyTorch upgrade is checked in one file.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+__all__ = [
+    "FakeTensor",
+    "new_fake_mode",
+    "forget_outputs",
+    "storage_key",
+    "local",
+    "is_wrapper",
+    "ForeachTap",
+    "StorageResizeTap",
+]
+
+
+def new_fake_mode() -> FakeTensorMode:
+    """The mode a dry run executes in. Real tensors made before it (module constants of
+    libraries imported earlier) are converted on first use instead of raising."""
+    return FakeTensorMode(allow_non_fake_inputs=True)
+
+
+def forget_outputs(mode: FakeTensorMode, outs) -> None:
+    """Drop the fake mode's memo entries for op outputs.
+
+    The mode memoises every result it wraps in a WeakValueDictionary; the weak
+    reference that leaves on a tensor makes ``torch.utils.swap_tensors`` refuse it,
+    and ``Module._apply`` swaps fake parameters, so ``model.to(torch.bfloat16)``
+    (or ``.to("neuron")``) of a model built under the mode fails. A fresh result is
+    never looked up in that memo again (it is keyed by a meta tensor nobody holds).
+    """
+    memo = mode.fake_tensor_converter.meta_converter.tensor_memo
+    for t in outs:
+        for ref in weakref.getweakrefs(t):
+            key = getattr(ref, "key", None)  # the memo's KeyedRef
+            if key is not None and memo.get(key) is t:
+                del memo[key]
+
+
+def storage_key(t: torch.Tensor) -> tuple:
+    """(key, storage) of a tensor's storage: the key is stable while the storage lives, and
+    views of one storage share it. The Python storage object is preserved by PyTorch as long
+    as its StorageImpl lives, so a weak reference to it tells when the memory is freed."""
+    st = t.untyped_storage()
+    return st._cdata, st
+
+
+def local(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local shard (what occupies this rank's memory); other tensors as they are."""
+    return getattr(t, "_local_tensor", t)
+
+
+def is_wrapper(t: torch.Tensor) -> bool:
+    """DTensor and other wrapper subclasses: their local tensors are what occupy memory."""
+    return is_traceable_wrapper_subclass(t)
+
+
+class ForeachTap:
+    """Lets optimizers take their multi-tensor (foreach) path on fake tensors, as they do
+    on real neuron tensors: ``torch.optim`` picks it only for parameters whose type is in
+    ``_foreach_supported_types`` (Tensor, Parameter), and a fake parameter's type is
+    FakeTensor; without this a dry run would time and account the per-tensor loop."""
+
+    def install(self) -> None:
+        from torch.optim import optimizer
+        from torch.utils import _foreach_utils
+
+        lists = (optimizer._foreach_supported_types, _foreach_utils._foreach_supported_types)
+        self._added = [types for types in lists if FakeTensor not in types]
+        for types in self._added:
+            types.append(FakeTensor)
+
+    def remove(self) -> None:
+        for types in getattr(self, "_added", ()):
+            types.remove(FakeTensor)
+        self._added = []
+
+
+class StorageResizeTap:
+    """Calls ``on_resize(storage, new_nbytes)`` for every ``UntypedStorage.resize_``.
+
+    FSDP2 frees and re-allocates unsharded parameters by resizing their storage (no ATen
+    op a dispatch mode would see), so the dry run's accounting must see those resizes.
+    Installed on the class for the dry run only, and removed after it.
+    """
+
+    def __init__(self, on_resize):
+        self._on_resize = on_resize
+        self._orig = None
+        self._own = False
+
+    def install(self) -> None:
+        self._own = "resize_" in torch.UntypedStorage.__dict__
+        orig = self._orig = torch.UntypedStorage.resize_
+        on_resize = self._on_resize
+
+        def resize_(storage, size):
+            out = orig(storage, size)
+            on_resize(storage, int(size))
+            return out
+
+        torch.UntypedStorage.resize_ = resize_
+
+    def remove(self) -> None:
+        if self._orig is not None:
+            if self._own:
+                torch.UntypedStorage.resize_ = self._orig
+            else:
+                del torch.UntypedStorage.resize_
+            self._orig = None
