@@ -30,8 +30,14 @@ _registered = False
 
 
 def _create_backend(opts, backend_options=None):
-    """c10d creator (extended API): a gloo backend for the group's ranks."""
+    """c10d creator (extended API): a gloo backend for the group's ranks; in a dry run,
+    PyTorch's fake process group (the real rank and size, collectives that move no data)."""
     from torch.distributed import ProcessGroupGloo
+
+    from ..readiness import _dryrun, _fake
+
+    if _dryrun.active() is not None:
+        return _fake.fake_process_group(opts)
 
     # Joining a neuron group initialises this process's device (as NCCL does
     # for CUDA). Device-less "neuron" indices resolve to the current device only

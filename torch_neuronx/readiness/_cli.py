@@ -40,6 +40,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--lnc", type=int, help="logical NeuronCore config, 1 or 2 (default: the instance's)")
     p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="run at the real model and world size with no data: every rank of a torchrun job in "
+        "this machine's memory, tensors without memory behind them, the allocator's accounting real",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="with --dry-run and torchrun: how many ranks run at once (default: %(default)s)",
+    )
+    p.add_argument(
         "--capacity",
         type=_bytes,
         help="HBM per logical core for the fit verdict, e.g. 16GiB " "(default: the instance's)",
@@ -47,9 +59,11 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _child_command(cmd: list[str], raw_dir: str) -> list[str]:
-    """The user's command with the script wrapped by the readiness launcher."""
+def _child_command(cmd: list[str], raw_dir: str, dry_run: bool = False, workers: int = 2) -> list[str]:
+    """The user's command with the script wrapped by the readiness launcher (for a dry run of
+    a torchrun job: the rank launcher, which runs every rank without torchrun)."""
     exe = os.path.basename(cmd[0])
+    launch = _LAUNCH + ["--raw", raw_dir] + (["--dry-run"] if dry_run else [])
     if exe == "torchrun" or cmd[1:3] == ["-m", "torch.distributed.run"]:
         head, rest = (cmd[:1], cmd[1:]) if exe == "torchrun" else (cmd[:3], cmd[3:])
         from torch.distributed.run import get_args_parser
@@ -60,7 +74,18 @@ def _child_command(cmd: list[str], raw_dir: str) -> list[str]:
         i = len(rest) - len(args.training_script_args) - 1
         opts = [a for a in rest[:i] if a not in ("-m", "--module")]
         target = ["-m", rest[i]] if args.module else [rest[i]]
-        return head + opts + _LAUNCH + ["--raw", raw_dir] + target + rest[i + 1 :]
+        if dry_run:
+            nnodes = int(str(args.nnodes).split(":")[-1])
+            try:
+                nproc = int(args.nproc_per_node)
+            except ValueError:
+                raise SystemExit(
+                    f"torch-neuronx check --dry-run: give --nproc-per-node as a number, not {args.nproc_per_node!r}"
+                ) from None
+            ranks = [sys.executable, "-m", "torch_neuronx.readiness._ranks", "--raw", raw_dir]
+            ranks += ["--nnodes", str(nnodes), "--nproc-per-node", str(nproc), "--workers", str(workers)]
+            return ranks + target + rest[i + 1 :]
+        return head + opts + launch + target + rest[i + 1 :]
     if exe.startswith("python") or os.path.realpath(shutil.which(cmd[0]) or cmd[0]) == os.path.realpath(sys.executable):
         i = 1
         flags = []
@@ -69,7 +94,7 @@ def _child_command(cmd: list[str], raw_dir: str) -> list[str]:
             i += 1
         if i >= len(cmd) or cmd[i] == "-c":
             raise SystemExit("torch-neuronx check: give a script or -m module (python -c is not supported)")
-        return [cmd[0]] + flags + _LAUNCH + ["--raw", raw_dir] + cmd[i:]
+        return [cmd[0]] + flags + launch + cmd[i:]
     raise SystemExit(f"torch-neuronx check: cannot run {cmd[0]!r}: the command must start with python or torchrun")
 
 
@@ -99,7 +124,7 @@ def main(argv: list[str]) -> int:
     if opts.lnc:
         env["NEURON_LOGICAL_NC_CONFIG"] = str(opts.lnc)
     with tempfile.TemporaryDirectory(prefix="neuron-readiness-") as raw_dir:
-        child = _child_command(cmd, raw_dir)
+        child = _child_command(cmd, raw_dir, opts.dry_run, opts.workers)
         rc = subprocess.call(child, env=env)
         raws = []
         for path in sorted(glob.glob(os.path.join(raw_dir, "rank*.json"))):

@@ -1,8 +1,10 @@
 """The dry run: a script at its real size, on the simulator, with no data.
 
-Every tensor (neuron and CPU) is a fake one: exact shapes, dtypes, strides and
-devices, no memory behind it, and every op runs its shape computation only
-(PyTorch's ``FakeTensorMode``). The device's allocator accounting stays real:
+Every neuron tensor, and every host tensor over 16 MiB (a model built on CPU before
+it moves), is a fake one: exact shapes, dtypes, strides and devices, no memory
+behind it, and every op on it runs its shape computation only (PyTorch's
+``FakeTensorMode``). Small host work on real inputs runs for real and keeps its
+values (a DeviceMesh's rank table, a sampler's permutation, token counts). The device's allocator accounting stays real:
 each new neuron storage is reserved on its core through the same allocator a
 real run uses (``torch.neuron.memory_allocated``, peaks, the cache of freed
 blocks and ``torch.OutOfMemoryError`` at the core's HBM capacity, raised by the
@@ -33,6 +35,10 @@ from . import _fake
 _aten = torch.ops.aten
 _PEAK_STEP = 1.02  # re-take the snapshot of live storages when usage grows by 2%
 _TOP_TENSORS = 10
+# Host (CPU) ops on real inputs whose results are at most this size run for real, so small
+# host work keeps its values: a DeviceMesh's rank table, a sampler's permutation, token
+# counts. Larger host tensors (a model built on CPU before it moves) are fake too.
+_REAL_HOST_BYTES = 16 << 20
 PLACEHOLDER = {"int": 1, "float": 1.0, "bool": False}  # 1, not 0: a count read as a divisor must not be zero
 
 CATEGORIES = ("parameters", "gradients", "optimizer state", "collective buffers", "activations and temporaries")
@@ -122,8 +128,23 @@ class _Mode(torch.utils._python_dispatch.TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is _aten._local_scalar_dense.default:
+            if not isinstance(args[0], _fake.FakeTensor):
+                return _fake.run_real(func, args, kwargs)  # a real host tensor has its value
             return self.dry._read_value(args[0])
-        out = func(*args, **kwargs)
+        host = _fake.real_host_args(args, kwargs)
+        try:
+            out = func(*args, **kwargs)  # the fake run: shapes only
+        except _fake.DATA_DEPENDENT as e:
+            if host:  # real host inputs: the values are there
+                return _fake.run_real(func, args, kwargs)
+            f = _user_frame()
+            raise ValueUnknownError(
+                f"dry run: {func.name()} at {_site(f)} makes a tensor whose shape depends on tensor values, "
+                "which a dry run does not compute. Run this script without --dry-run, or give the op a "
+                "fixed-size form (e.g. a mask instead of nonzero)."
+            ) from e
+        if host and _fake.small_host_result(out, _REAL_HOST_BYTES):
+            return _fake.run_real(func, args, kwargs)
         self.dry._after_op(func, args, out)
         return out
 

@@ -11,12 +11,18 @@ from __future__ import annotations
 import weakref
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensor,
+    FakeTensorMode,
+)
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 __all__ = [
     "FakeTensor",
     "new_fake_mode",
+    "fake_process_group",
     "forget_outputs",
     "storage_key",
     "local",
@@ -30,6 +36,46 @@ def new_fake_mode() -> FakeTensorMode:
     """The mode a dry run executes in. Real tensors made before it (module constants of
     libraries imported earlier) are converted on first use instead of raising."""
     return FakeTensorMode(allow_non_fake_inputs=True)
+
+
+def real_host_args(args, kwargs) -> bool:
+    """No argument is fake and nothing names the neuron device: the op could run for real."""
+    from torch.utils._pytree import tree_leaves
+
+    for a in tree_leaves((args, kwargs)):
+        if isinstance(a, torch.Tensor):
+            if isinstance(a, FakeTensor) or is_traceable_wrapper_subclass(a) or a.device.type != "cpu":
+                return False
+        elif isinstance(a, torch.device) and a.type != "cpu":
+            return False
+        elif isinstance(a, str) and a.startswith("neuron"):
+            return False
+    return True
+
+
+def small_host_result(out, limit: int) -> bool:
+    """The (fake) results are host tensors of at most `limit` bytes in all."""
+    from torch.utils._pytree import tree_leaves
+
+    total = 0
+    for t in tree_leaves(out):
+        if isinstance(t, torch.Tensor):
+            if t.device.type != "cpu":
+                return False
+            total += t.numel() * t.element_size()
+    return total <= limit
+
+
+# The fake mode cannot give these ops' result shapes (they depend on the values).
+DATA_DEPENDENT = (DataDependentOutputException, DynamicOutputShapeException)
+
+
+def run_real(func, args, kwargs):
+    """Runs an op outside every dispatch mode (the fake one included): on real tensors."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes():
+        return func(*args, **kwargs)
 
 
 def forget_outputs(mode: FakeTensorMode, outs) -> None:
@@ -65,6 +111,15 @@ def local(t: torch.Tensor) -> torch.Tensor:
 def is_wrapper(t: torch.Tensor) -> bool:
     """DTensor and other wrapper subclasses: their local tensors are what occupy memory."""
     return is_traceable_wrapper_subclass(t)
+
+
+def fake_process_group(opts):
+    """PyTorch's fake process group for a c10d backend creator's options: the group's real rank
+    and size; collectives complete at once and move nothing (their fake outputs have the
+    right shapes). Object collectives read values and stop a dry run at that line."""
+    from torch._C._distributed_c10d import FakeProcessGroup
+
+    return FakeProcessGroup._create_internal(opts.group_rank, opts.group_size)
 
 
 class ForeachTap:

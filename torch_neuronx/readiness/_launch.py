@@ -1,8 +1,9 @@
 """Runs a user's script under a readiness recording (one process, one rank).
 
-``python -m torch_neuronx.readiness._launch --raw DIR (script.py | -m module) [args]``:
-what ``torch-neuronx check`` starts, directly or through torchrun. The recording
-goes to DIR/rank<RANK>.json; the script's exit status is this process's.
+``python -m torch_neuronx.readiness._launch --raw DIR [--dry-run] (script.py | -m module) [args]``:
+what ``torch-neuronx check`` starts, directly or through torchrun (or, for a dry run of
+several ranks, in each rank the rank launcher forks). The recording goes to
+DIR/rank<RANK>.json; the script's exit status is this process's.
 """
 
 from __future__ import annotations
@@ -15,9 +16,13 @@ import traceback
 
 
 def main(argv: list[str]) -> int:
+    dry_run = "--dry-run" in argv[2:3]
+    if dry_run:
+        argv = argv[:2] + argv[3:]
     if len(argv) < 3 or argv[0] != "--raw":
         print(
-            "usage: python -m torch_neuronx.readiness._launch --raw DIR (script.py | -m module) [args]", file=sys.stderr
+            "usage: python -m torch_neuronx.readiness._launch --raw DIR [--dry-run] (script.py | -m module) [args]",
+            file=sys.stderr,
         )
         return 2
     raw_dir, rest = argv[1], argv[2:]
@@ -38,7 +43,13 @@ def main(argv: list[str]) -> int:
 
     from ._collect import Collector
 
-    collector = Collector()
+    dry = None
+    if dry_run:
+        from ._dryrun import DryRun
+
+        dry = DryRun()
+        dry.start()
+    collector = Collector(dry)
     collector.start()
     rc = 0
     try:
@@ -53,6 +64,8 @@ def main(argv: list[str]) -> int:
         rc = 1
     finally:
         collector.stop()
+        if dry is not None:
+            dry.stop()
         os.makedirs(raw_dir, exist_ok=True)
         raw = collector.raw()
         path = os.path.join(raw_dir, f"rank{raw['rank']}.json")

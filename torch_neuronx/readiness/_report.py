@@ -76,6 +76,8 @@ class Report:
         d["fallbacks"] = _merge_fallbacks(raws)
         d["compile"] = _merge_compile(raws)
         d["memory"] = _memory(raws, cap)
+        d["memory_per_rank"] = _memory_per_rank(raws)
+        d["dry_run"] = _merge_dry_run(raws)
         d["fit"] = _fit(d["memory"], cap)
         d["collectives"] = _collectives(raws)
         prec = raws[0].get("fp32_precision", "highest")
@@ -100,7 +102,7 @@ class Report:
     # -- rendering -------------------------------------------------------------
     def summary(self) -> str:
         d = self.data
-        lines = [f"torch-neuronx readiness: {d['verdict']}"]
+        lines = [f"torch-neuronx readiness{' (dry run)' if d['dry_run'] else ''}: {d['verdict']}"]
         lines.append(
             f"  target           {d['instance_type']}, LNC={d['lnc']}, {d['ranks']} rank(s), "
             f"{d['steps']} optimizer step(s) seen"
@@ -122,6 +124,9 @@ class Report:
                 f"  memory {m['label']:<9} peak {_fmt_bytes(m['peak_allocated'])} allocated, "
                 f"{_fmt_bytes(m['peak_reserved'])} reserved of {_fmt_bytes(d['capacity_per_core'])}"
             )
+        if d["dry_run"]:
+            n = sum(v["count"] for v in d["dry_run"]["value_reads"])
+            lines.append(f"  dry run          no data; {n} value read(s) got placeholders (listed in the report)")
         for e in d["estimates"]:
             unit = "per step" if e["per_step"] else "whole run"
             lines.append(
@@ -134,203 +139,8 @@ class Report:
         """[(title, text, headers, rows)]: the one layout Markdown and HTML render."""
         d = self.data
         out = []
-        intro = (
-            f"Verdict: **{d['verdict']}**\n\nTarget {d['instance_type']} at LNC={d['lnc']} "
-            f"({_fmt_bytes(d['capacity_per_core'])} HBM per logical core"
-            f"{', capacity set by the user' if d['capacity_is_override'] else ''}); "
-            f"{d['ranks']} rank(s); {d['steps']} optimizer step(s) seen; "
-            f"{d['wall_seconds']:.1f} s on the simulator."
-        )
-        if d["command"]:
-            intro += f"\n\nCommand: `{d['command']}`"
-        for rank, err in d["errors"].items():
-            intro += f"\n\nRank {rank} stopped with: `{err.splitlines()[0][:300]}`"
-        for rank, errs in d["collector_errors"].items():
-            intro += (
-                f"\n\nRank {rank}: {sum(errs.values())} op call(s) could not be recorded and are missing "
-                f"from this report, e.g. `{next(iter(errs))[:300]}`"
-            )
-        out.append(("Summary", intro, None, None))
-
-        rows = [
-            [
-                f["op"],
-                f["dtype"],
-                f["count"],
-                f["reason"],
-                "<br>".join(f"{s} (x{n})" for s, n in list(f["sites"].items())[:5]),
-            ]
-            for f in d["fallbacks"]
-        ]
-        out.append(
-            (
-                "Ops that would not be native on Trainium",
-                "None: every op the script ran on `neuron` has a Trainium lowering."
-                if not rows
-                else "They run on the host CPU on Trainium, with a device-host round trip per call.",
-                ["op", "dtype", "calls", "reason", "issued at"],
-                rows,
-            )
-        )
-
-        c = d["compile"]
-        text = (
-            f"{len(c['graphs'])} graph(s) compiled by backend \"neuron\", {c['graph_break_total']} graph "
-            f"break(s), {len(c['recompilations'])} recompilation(s), {len(c['fallbacks'])} graph(s) "
-            f"run eagerly after a compile error."
-        )
-        if c["dynamic_shapes"]:
-            text += (
-                f" Dynamic shapes found in {len(c['dynamic_shapes'])} graph(s): each new shape is "
-                "compiled separately on Neuron (pad inputs to a few fixed sizes)."
-            )
-        if c["recompiles_every_step"]:
-            text += " Recompiles in every step after the first."
-        if not c["graphs"] and not c["graph_breaks"]:
-            text = "torch.compile was not used."
-        out.append(("torch.compile", text, None, None))
-        if c["graph_breaks"]:
-            out.append(
-                (
-                    "Graph breaks",
-                    None,
-                    ["reason", "where", "count"],
-                    [[b["reason"].splitlines()[0][:200], b["site"], b["count"]] for b in c["graph_breaks"]],
-                )
-            )
-        if c["recompilations"]:
-            out.append(
-                (
-                    "Recompilations",
-                    None,
-                    ["graph", "reason", "shapes"],
-                    [
-                        [r["graph"], r["reason"].splitlines()[0][:200], str(r["shapes"])[:200]]
-                        for r in c["recompilations"]
-                    ],
-                )
-            )
-        if c["fallbacks"]:
-            out.append(
-                (
-                    "Graphs run eagerly",
-                    None,
-                    ["graph", "error"],
-                    [[f["graph"], f["error"].splitlines()[0][:200]] for f in c["fallbacks"]],
-                )
-            )
-
-        rows = [
-            [
-                m["label"],
-                _fmt_bytes(m["peak_allocated"]),
-                _fmt_bytes(m["peak_reserved"]),
-                _fmt_bytes(d["capacity_per_core"]),
-                f"{m['peak_allocated'] / d['capacity_per_core']:.1%}",
-                "yes" if m["fits"] else "NO",
-            ]
-            for m in d["memory"]
-        ]
-        out.append(
-            (
-                "Memory per logical NeuronCore",
-                None,
-                ["core", "peak allocated", "peak reserved", "capacity", "allocated/capacity", "fits"],
-                rows,
-            )
-        )
-        for m in d["memory"]:
-            if m["top_tensors"]:
-                out.append(
-                    (
-                        f"Largest live tensors at the peak, {m['label']}",
-                        f"Sampled at {_fmt_bytes(m['top_tensors_at'])} allocated "
-                        f"(peak {_fmt_bytes(m['peak_allocated'])}).",
-                        ["bytes", "shape", "dtype", "made by"],
-                        [
-                            [_fmt_bytes(t["bytes"]), str(tuple(t["shape"])), t["dtype"], t["op"]]
-                            for t in m["top_tensors"]
-                        ],
-                    )
-                )
-        out.append(
-            (
-                "Would it fit elsewhere",
-                "Same per-core memory (same sharding) on each configuration.",
-                ["chip", "LNC", "HBM per logical core", "fits"],
-                [[f["chip"], f["lnc"], _fmt_bytes(f["capacity"]), f["fits"]] for f in d["fit"]],
-            )
-        )
-
-        rows = [
-            [k["kind"], k["dtype"], _fmt_bytes(k["bytes"]), k["group_size"], f"{k['calls_per_step']:g}"]
-            for k in d["collectives"]
-        ]
-        scope = (
-            "Per step after the first (the first also sets up)."
-            if d["steps"] >= 2
-            else ("Per step." if d["steps"] else "The whole run (no optimizer step seen).")
-        )
-        out.append(
-            (
-                "Collectives per step",
-                "None." if not rows else scope,
-                ["kind", "dtype", "bytes", "group size", "calls per step"],
-                rows or None,
-            )
-        )
-
-        rows = []
-        for e in d["estimates"]:
-            shares = ", ".join(f"{k} {v:.0%}" for k, v in e["term_shares"].items() if v >= 0.005)
-            rows.append([e["chip"], e["lnc"], _fmt_s(e["step_seconds"]), e["dominant"], shares])
-        scope = "median optimizer step" if d["estimates"][0]["per_step"] else "whole run (no optimizer step seen)"
-        out.append(
-            (
-                "Estimated time on Trainium",
-                f"Per {scope}, slowest rank.",
-                ["chip", "LNC", "time", "dominated by", "terms"],
-                rows,
-            )
-        )
-        ests = d["estimates"]
-        keyed = [{(o["op"], o["dtype"]): o for o in e["ops"]} for e in ests]
-        rows = []
-        for o in ests[0]["ops"][:20]:
-            k = (o["op"], o["dtype"])
-            rows.append(
-                [o["op"], o["dtype"], o["count"], f"{o['flops']:.3g}", _fmt_bytes(o["bytes"])]
-                + [_fmt_s(kd[k]["seconds"]) if k in kd else "-" for kd in keyed]
-                + [
-                    "compute"
-                    if o["compute_bound_calls"] * 2 >= o["count"]
-                    else ("fixed" if o["fixed_seconds"] * 2 >= o["seconds"] else "memory")
-                ]
-            )
-        out.append(
-            (
-                "Per-op breakdown",
-                f"Top {len(rows)} ops by estimated time on {ests[0]['chip']}.",
-                ["op", "dtype", "calls", "FLOPs", "bytes"] + [f"{e['chip']}" for e in ests] + ["bound"],
-                rows,
-            )
-        )
-        fig = ests[0]["figures"]
-        figs = ", ".join(
-            f"{e['chip']}: Tensor Engine {e['figures']['tensor_flops']['bfloat16'] / 1e12:.0f} TFLOPS bf16, "
-            f"memory {e['figures']['memory_bytes_per_s'] / 1e9:.0f} GB/s, NeuronLink share "
-            f"{e['figures']['link_bytes_per_s'] / 1e9:.0f} GB/s per core"
-            for e in ests
-        )
-        out.append(
-            (
-                "Model assumptions",
-                f"Per logical core ({figs}); DMA fixed cost {fig['dma_fixed_s'] * 1e6:.1f} us.\n\n"
-                + "\n".join(f"- {a}" for a in d["assumptions"]),
-                None,
-                None,
-            )
-        )
+        for part in (_summary, _dry_run, _fallbacks, _compile, _memory_sections, _collective_section, _estimates):
+            out += part(d)
         return out
 
     def to_markdown(self, images: dict | None = None, note: str | None = None) -> str:
@@ -431,6 +241,278 @@ class Report:
 
 
 # -- building blocks -----------------------------------------------------------
+# The report's sections: each returns [(title, text, headers, rows)].
+def _summary(d) -> list:
+    """The verdict, the target and how the ranks ended."""
+    out = []
+    intro = (
+        f"Verdict: **{d['verdict']}**\n\nTarget {d['instance_type']} at LNC={d['lnc']} "
+        f"({_fmt_bytes(d['capacity_per_core'])} HBM per logical core"
+        f"{', capacity set by the user' if d['capacity_is_override'] else ''}); "
+        f"{d['ranks']} rank(s); {d['steps']} optimizer step(s) seen; "
+        f"{d['wall_seconds']:.1f} s on the simulator."
+    )
+    if d["command"]:
+        intro += f"\n\nCommand: `{d['command']}`"
+    for rank, err in d["errors"].items():
+        intro += f"\n\nRank {rank} stopped with: `{err.splitlines()[0][:300]}`"
+    for rank, errs in d["collector_errors"].items():
+        intro += (
+            f"\n\nRank {rank}: {sum(errs.values())} op call(s) could not be recorded and are missing "
+            f"from this report, e.g. `{next(iter(errs))[:300]}`"
+        )
+    out.append(("Summary", intro, None, None))
+    return out
+
+
+def _dry_run(d) -> list:
+    """What a dry run read, assumed and could not know."""
+    dr = d.get("dry_run")
+    if not dr:
+        return []
+    text = (
+        "This is a **dry run**: the script ran at its real size with no data. Every tensor had its "
+        "real shape, dtype and device and no memory behind it; the device allocator counted every "
+        "storage as a real run allocates it. What it cannot know:\n\n" + "\n".join(f"- {c}" for c in CANNOT_KNOW)
+    )
+    if dr["weights_absent"]:
+        text += "\n\nLoaded without weight files (shapes from the config): " + ", ".join(
+            f"`{w}`" for w in dr["weights_absent"]
+        )
+    out = [("Dry run", text, None, None)]
+    rows = [[v["site"], v["kind"], v["placeholder"], v["count"]] for v in dr["value_reads"]]
+    rows += [[a["site"], f"{a['check']} check", a["value"], a["count"]] for a in dr["assumed"]]
+    out.append(
+        (
+            "Values the dry run did not have",
+            "None were read."
+            if not rows
+            else "Each read got the placeholder shown; finiteness checks were answered "
+            "as if every value were finite.",
+            ["read at", "kind", "placeholder", "reads"],
+            rows or None,
+        )
+    )
+    return out
+
+
+def _fallbacks(d) -> list:
+    """Ops that would fall back to the host CPU."""
+    out = []
+    rows = [
+        [
+            f["op"],
+            f["dtype"],
+            f["count"],
+            f["reason"],
+            "<br>".join(f"{s} (x{n})" for s, n in list(f["sites"].items())[:5]),
+        ]
+        for f in d["fallbacks"]
+    ]
+    out.append(
+        (
+            "Ops that would not be native on Trainium",
+            "None: every op the script ran on `neuron` has a Trainium lowering."
+            if not rows
+            else "They run on the host CPU on Trainium, with a device-host round trip per call.",
+            ["op", "dtype", "calls", "reason", "issued at"],
+            rows,
+        )
+    )
+    return out
+
+
+def _compile(d) -> list:
+    """torch.compile: graphs, breaks, recompilations, eager fallbacks."""
+    out = []
+    c = d["compile"]
+    text = (
+        f"{len(c['graphs'])} graph(s) compiled by backend \"neuron\", {c['graph_break_total']} graph "
+        f"break(s), {len(c['recompilations'])} recompilation(s), {len(c['fallbacks'])} graph(s) "
+        f"run eagerly after a compile error."
+    )
+    if c["dynamic_shapes"]:
+        text += (
+            f" Dynamic shapes found in {len(c['dynamic_shapes'])} graph(s): each new shape is "
+            "compiled separately on Neuron (pad inputs to a few fixed sizes)."
+        )
+    if c["recompiles_every_step"]:
+        text += " Recompiles in every step after the first."
+    if not c["graphs"] and not c["graph_breaks"]:
+        text = "torch.compile was not used."
+    out.append(("torch.compile", text, None, None))
+    if c["graph_breaks"]:
+        out.append(
+            (
+                "Graph breaks",
+                None,
+                ["reason", "where", "count"],
+                [[b["reason"].splitlines()[0][:200], b["site"], b["count"]] for b in c["graph_breaks"]],
+            )
+        )
+    if c["recompilations"]:
+        out.append(
+            (
+                "Recompilations",
+                None,
+                ["graph", "reason", "shapes"],
+                [[r["graph"], r["reason"].splitlines()[0][:200], str(r["shapes"])[:200]] for r in c["recompilations"]],
+            )
+        )
+    if c["fallbacks"]:
+        out.append(
+            (
+                "Graphs run eagerly",
+                None,
+                ["graph", "error"],
+                [[f["graph"], f["error"].splitlines()[0][:200]] for f in c["fallbacks"]],
+            )
+        )
+    return out
+
+
+def _memory_sections(d) -> list:
+    """Memory per core, its breakdown, the largest tensors, the fit elsewhere."""
+    out = []
+    rows = [
+        [
+            m["label"],
+            _fmt_bytes(m["peak_allocated"]),
+            _fmt_bytes(m["peak_reserved"]),
+            _fmt_bytes(d["capacity_per_core"]),
+            f"{m['peak_allocated'] / d['capacity_per_core']:.1%}",
+            "yes" if m["fits"] else "NO",
+        ]
+        for m in d["memory"]
+    ]
+    out.append(
+        (
+            "Memory per logical NeuronCore",
+            "Ranks with identical memory in every figure below share a row." if d["ranks"] > 1 else None,
+            ["core", "peak allocated", "peak reserved", "capacity", "allocated/capacity", "fits"],
+            rows,
+        )
+    )
+    kinds = [m for m in d["memory"] if m.get("breakdown")]
+    if kinds:
+        from ._dryrun import CATEGORIES
+
+        out.append(
+            (
+                "What the memory at the peak holds",
+                "Live storages at the largest usage seen (within 2% of the peak), by what holds them.",
+                ["core", "at"] + list(CATEGORIES),
+                [
+                    [m["label"], _fmt_bytes(m["top_tensors_at"])] + [_fmt_bytes(m["breakdown"][c]) for c in CATEGORIES]
+                    for m in kinds
+                ],
+            )
+        )
+    for m in d["memory"]:
+        if m["top_tensors"]:
+            out.append(
+                (
+                    f"Largest live tensors at the peak, {m['label']}",
+                    f"Sampled at {_fmt_bytes(m['top_tensors_at'])} allocated "
+                    f"(peak {_fmt_bytes(m['peak_allocated'])}).",
+                    ["bytes", "shape", "dtype", "made by", "holds"],
+                    [
+                        [_fmt_bytes(t["bytes"]), str(tuple(t["shape"])), t["dtype"], t["op"], t.get("kind", "-")]
+                        for t in m["top_tensors"]
+                    ],
+                )
+            )
+    out.append(
+        (
+            "Would it fit elsewhere",
+            "Same per-core memory (same sharding) on each configuration.",
+            ["chip", "LNC", "HBM per logical core", "fits"],
+            [[f["chip"], f["lnc"], _fmt_bytes(f["capacity"]), f["fits"]] for f in d["fit"]],
+        )
+    )
+    return out
+
+
+def _collective_section(d) -> list:
+    """Collectives per step."""
+    out = []
+    rows = [
+        [k["kind"], k["dtype"], _fmt_bytes(k["bytes"]), k["group_size"], f"{k['calls_per_step']:g}"]
+        for k in d["collectives"]
+    ]
+    scope = (
+        "Per step after the first (the first also sets up)."
+        if d["steps"] >= 2
+        else ("Per step." if d["steps"] else "The whole run (no optimizer step seen).")
+    )
+    out.append(
+        (
+            "Collectives per step",
+            "None." if not rows else scope,
+            ["kind", "dtype", "bytes", "group size", "calls per step"],
+            rows or None,
+        )
+    )
+    return out
+
+
+def _estimates(d) -> list:
+    """Estimated time, per-op breakdown and the model's assumptions."""
+    out = []
+    rows = []
+    for e in d["estimates"]:
+        shares = ", ".join(f"{k} {v:.0%}" for k, v in e["term_shares"].items() if v >= 0.005)
+        rows.append([e["chip"], e["lnc"], _fmt_s(e["step_seconds"]), e["dominant"], shares])
+    scope = "median optimizer step" if d["estimates"][0]["per_step"] else "whole run (no optimizer step seen)"
+    out.append(
+        (
+            "Estimated time on Trainium",
+            f"Per {scope}, slowest rank.",
+            ["chip", "LNC", "time", "dominated by", "terms"],
+            rows,
+        )
+    )
+    ests = d["estimates"]
+    keyed = [{(o["op"], o["dtype"]): o for o in e["ops"]} for e in ests]
+    rows = []
+    for o in ests[0]["ops"][:20]:
+        k = (o["op"], o["dtype"])
+        rows.append(
+            [o["op"], o["dtype"], o["count"], f"{o['flops']:.3g}", _fmt_bytes(o["bytes"])]
+            + [_fmt_s(kd[k]["seconds"]) if k in kd else "-" for kd in keyed]
+            + [
+                "compute"
+                if o["compute_bound_calls"] * 2 >= o["count"]
+                else ("fixed" if o["fixed_seconds"] * 2 >= o["seconds"] else "memory")
+            ]
+        )
+    out.append(
+        (
+            "Per-op breakdown",
+            f"Top {len(rows)} ops by estimated time on {ests[0]['chip']}.",
+            ["op", "dtype", "calls", "FLOPs", "bytes"] + [f"{e['chip']}" for e in ests] + ["bound"],
+            rows,
+        )
+    )
+    fig = ests[0]["figures"]
+    figs = ", ".join(
+        f"{e['chip']}: Tensor Engine {e['figures']['tensor_flops']['bfloat16'] / 1e12:.0f} TFLOPS bf16, "
+        f"memory {e['figures']['memory_bytes_per_s'] / 1e9:.0f} GB/s, NeuronLink share "
+        f"{e['figures']['link_bytes_per_s'] / 1e9:.0f} GB/s per core"
+        for e in ests
+    )
+    out.append(
+        (
+            "Model assumptions",
+            f"Per logical core ({figs}); DMA fixed cost {fig['dma_fixed_s'] * 1e6:.1f} us.\n\n"
+            + "\n".join(f"- {a}" for a in d["assumptions"]),
+            None,
+            None,
+        )
+    )
+    return out
+
+
 _PICTURE_FILES = {"Memory over time": "memory.png", "Estimated time per op": "ops.png"}
 _warned_no_pictures = False
 
@@ -488,15 +570,83 @@ def _merge_compile(raws) -> dict:
     }
 
 
+def _ranges(ranks: list) -> str:
+    """[0, 1, 2, 5] -> "0-2, 5"."""
+    parts, start = [], None
+    for i, r in enumerate(ranks):
+        if start is None:
+            start = r
+        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
+            parts.append(f"{start}-{r}" if r > start else str(r))
+            start = None
+    return ", ".join(parts)
+
+
 def _memory(raws, cap) -> list:
-    out = []
+    """One entry per core; ranks whose memory is identical in every figure the report shows
+    (peaks, breakdown, largest tensors) share one entry, which lists them."""
+    out, classes = [], {}
     for r in raws:
         for core, m in r["memory"].items():
-            label = f"neuron:{core}" if len(raws) == 1 else f"rank {r['rank']} neuron:{core}"
             oom = m["num_ooms"] > 0 or _is_oom(r["error"])
+            key = (
+                m["peak_allocated"],
+                m["peak_reserved"],
+                oom,
+                tuple(sorted((m.get("breakdown") or {}).items())),
+                tuple((t["bytes"], tuple(t["shape"]), t["dtype"], t["op"]) for t in m["top_tensors"]),
+            )
+            if len(raws) > 1 and key in classes:
+                classes[key]["ranks"].append(r["rank"])
+                continue
             # What tensors hold must fit; the allocator's cache above that shrinks under pressure.
-            out.append(dict(m, label=label, oom=oom, fits=not oom and m["peak_allocated"] <= cap))
+            e = dict(m, core=core, ranks=[r["rank"]], oom=oom, fits=not oom and m["peak_allocated"] <= cap)
+            classes[key] = e
+            out.append(e)
+    for e in out:
+        if len(raws) == 1:
+            e["label"] = f"neuron:{e['core']}"
+        elif len(e["ranks"]) == 1:
+            e["label"] = f"rank {e['ranks'][0]} neuron:{e['core']}"
+        else:
+            e["label"] = f"ranks {_ranges(e['ranks'])}"
     return out
+
+
+def _memory_per_rank(raws) -> list:
+    """Every rank's peaks (the report's tables group identical ranks)."""
+    return [
+        {
+            "rank": r["rank"],
+            "core": int(core),
+            "peak_allocated": m["peak_allocated"],
+            "peak_reserved": m["peak_reserved"],
+        }
+        for r in raws
+        for core, m in r["memory"].items()
+    ]
+
+
+def _merge_dry_run(raws) -> dict | None:
+    dry = [r.get("dry_run") for r in raws if r.get("dry_run")]
+    if not dry:
+        return None
+    # Ranks run one program; rank 0's reads stand for all, as its compile story does.
+    return {
+        "value_reads": dry[0]["value_reads"],
+        "assumed": dry[0]["assumed"],
+        "weights_absent": sorted({w for x in dry for w in x["weights_absent"]}),
+    }
+
+
+CANNOT_KNOW = (
+    "values: losses, gradient norms and any other number read from a tensor (each read is listed "
+    "with the placeholder the run got);",
+    "shapes that depend on values (nonzero, masked_select, unique, ...): the run stops at the first one;",
+    "numerics: NaN, overflow, loss of precision;",
+    "host time: data loading, tokenization and Python overhead, which the step-time estimate does not include;",
+    "memory the real device's kernels take for their own scratch buffers (not part of any tensor).",
+)
 
 
 def _fit(memory, cap) -> list:

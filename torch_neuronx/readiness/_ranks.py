@@ -1,0 +1,142 @@
+"""A dry run of a torchrun job: every rank, without a Python interpreter's imports per rank.
+
+``python -m torch_neuronx.readiness._ranks --raw DIR --nnodes N --nproc-per-node P
+[--workers W] (script.py | -m module) [args]``: what ``torch-neuronx check --dry-run``
+starts for ``torchrun``. This process imports what the script imports once, hosts the
+job's rendezvous store (as torchrun's agent does), then forks one child per rank, at
+most W at a time; each child sets the rank's torchrun environment and runs the script
+under a dry-run recording (``_launch``), writing DIR/rank<R>.json. Children share the
+parent's imported modules copy-on-write, so a rank costs its own tensors and objects,
+not a fresh interpreter. Rank 0 prints to the terminal; the others to DIR/rank<R>.log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import importlib.util
+import os
+import sys
+
+_HEAVY_PREFIXES = ("torch", "transformers", "trl", "accelerate", "peft", "diffusers", "datasets", "numpy")
+
+
+def _script_path(target: list[str]) -> str | None:
+    if target[0] == "-m":
+        spec = importlib.util.find_spec(target[1])
+        return spec.origin if spec is not None else None
+    return target[0]
+
+
+def preimport(target: list[str]) -> list[str]:
+    """Imports the libraries the script imports at its top level (those every rank would
+    import again), so the forked ranks share them. Returns the modules imported."""
+    path = _script_path(target)
+    if not path or not os.path.exists(path):
+        return []
+    with open(path) as f:
+        tree = ast.parse(f.read(), filename=path)
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+    done = []
+    for name in names:
+        if name.split(".")[0] in _HEAVY_PREFIXES:
+            try:
+                importlib.import_module(name)
+                done.append(name)
+            except Exception:  # the rank will raise it where the script imports it
+                pass
+    return done
+
+
+def _rank_env(rank: int, nproc: int, world: int, port: int) -> dict:
+    return {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank % nproc),
+        "GROUP_RANK": str(rank // nproc),
+        "ROLE_RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "LOCAL_WORLD_SIZE": str(nproc),
+        "ROLE_WORLD_SIZE": str(world),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        # The ranks join this process's store as torchrun's workers join its agent's, so no
+        # rank has to host it (they start at different times).
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+        "TORCHELASTIC_RUN_ID": "dry-run",
+        "TORCHELASTIC_RESTART_COUNT": "0",
+        "TORCHELASTIC_MAX_RESTARTS": "0",
+    }
+
+
+def _child(rank: int, env: dict, raw_dir: str, target: list[str]) -> int:
+    os.environ.update(env)
+    if rank != 0:
+        log = os.open(os.path.join(raw_dir, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+    from . import _launch
+
+    return _launch.main(["--raw", raw_dir, "--dry-run"] + target)
+
+
+def run(raw_dir: str, nnodes: int, nproc: int, workers: int, target: list[str]) -> int:
+    """Runs every rank of the job; returns the highest exit status."""
+    import torch.distributed as dist
+
+    world = nnodes * nproc
+    os.makedirs(raw_dir, exist_ok=True)
+    preimport(target)
+    store = dist.TCPStore("127.0.0.1", 0, world, is_master=True, wait_for_workers=False)
+    running: dict = {}
+    worst = 0
+
+    def reap() -> None:
+        nonlocal worst
+        pid, status = os.wait()
+        rank = running.pop(pid)
+        rc = os.waitstatus_to_exitcode(status)
+        if rc:
+            worst = max(worst, rc if rc > 0 else 1)
+            if rank:
+                print(f"torch-neuronx check: rank {rank} exited with {rc}; its output: {raw_dir}/rank{rank}.log")
+
+    for rank in range(world):
+        while len(running) >= workers:
+            reap()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the rank
+            rc = 1
+            try:
+                rc = _child(rank, _rank_env(rank, nproc, world, store.port), raw_dir, target)
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(rc if isinstance(rc, int) else 1)
+        running[pid] = rank
+    while running:
+        reap()
+    return worst
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="torch_neuronx.readiness._ranks")
+    p.add_argument("--raw", required=True)
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--nproc-per-node", type=int, default=1)
+    p.add_argument("--workers", type=int, default=2)
+    opts, target = p.parse_known_args(argv)
+    if not target:
+        p.error("give the script (or -m module) and its arguments")
+    return run(opts.raw, opts.nnodes, opts.nproc_per_node, max(1, opts.workers), target)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
