@@ -712,18 +712,13 @@ class _cache_scope:
         self.cache_dir = cache_dir
 
     def __enter__(self):
-        import os
+        from .. import _settings
 
         _env_lock.acquire()
-        self.prev = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = self.cache_dir
+        self._scope = _settings.override("TORCHINDUCTOR_CACHE_DIR", self.cache_dir)
+        self._scope.__enter__()
 
     def __exit__(self, *exc):
-        import os
-
-        if self.prev is None:
-            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
-        else:
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = self.prev
+        self._scope.__exit__(None, None, None)
         _env_lock.release()
         return False

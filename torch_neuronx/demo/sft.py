@@ -20,6 +20,8 @@ import sys
 import tempfile
 import time
 
+from .. import _settings
+
 DEFAULT_PROMPT = "The model"
 # fp32 logits of the reloaded CPU checkpoint vs the trained neuron model: the simulator runs the
 # CPU kernels, so they agree to rounding; anything larger means the checkpoint is not portable
@@ -160,8 +162,8 @@ def main(argv=None) -> int:
     """Run the demo with command-line arguments `argv` (default: ``sys.argv[1:]``); returns the exit code."""
     args = parse_args(argv)
     # Before transformers is imported (it reads them then); the demo never needs the Hub.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    _settings.setdefault("HF_HUB_OFFLINE", "1")
+    _settings.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
     import torch
     import transformers
