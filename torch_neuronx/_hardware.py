@@ -216,9 +216,9 @@ DEFAULT_INSTANCE = "trn2.3xlarge"
 
 def instance(name: str | None = None) -> Instance:
     """The instance `name`, or the one TORCH_NEURONX_INSTANCE_TYPE selects."""
-    import os
+    from . import _settings
 
-    name = name or os.environ.get("TORCH_NEURONX_INSTANCE_TYPE") or DEFAULT_INSTANCE
+    name = name or _settings.get("TORCH_NEURONX_INSTANCE_TYPE") or DEFAULT_INSTANCE
     try:
         return INSTANCES[name]
     except KeyError:

@@ -85,100 +85,11 @@ def register_device_interface() -> None:
     if _interface_registered:
         return
     _interface_registered = True
-    from dataclasses import dataclass
+    # The interface subclasses Dynamo's DeviceInterface, so its module is imported only once
+    # Dynamo's is (the import hook in torch_neuronx._dynamo calls this then).
+    from . import _device_interface
 
-    from torch._dynamo import device_interface as di
-
-    @dataclass
-    class NeuronCompileProperties:
-        # What Inductor's heuristics ask for: the host threads the generated
-        # C++ kernels run on (the simulator executes on the host CPU).
-        multi_processor_count: int
-        name: str
-        total_memory: int
-        type: str = DEVICE
-
-    def _props(device=None):
-        import os
-
-        if isinstance(device, (str, torch.device)):
-            device = torch.device(device).index
-        p = torch.neuron.get_device_properties(torch.neuron.current_device() if device is None else device)
-        return NeuronCompileProperties(
-            multi_processor_count=torch.get_num_threads() or os.cpu_count() or 1,
-            name=p.name,
-            total_memory=p.total_memory,
-        )
-
-    class NeuronInterface(di.DeviceInterface):
-        device = torch.neuron.device
-        Event = torch.neuron.Event
-        Stream = torch.neuron.Stream
-
-        class Worker:
-            @staticmethod
-            def set_device(device: int) -> None:
-                torch.neuron.set_device(device)
-
-            @staticmethod
-            def current_device() -> int:
-                return torch.neuron.current_device()
-
-            @staticmethod
-            def get_device_properties(device=None):
-                return _props(device)
-
-        current_device = staticmethod(torch.neuron.current_device)
-        set_device = staticmethod(torch.neuron.set_device)
-        device_count = staticmethod(torch.neuron.device_count)
-        is_available = staticmethod(torch.neuron.is_available)
-        synchronize = staticmethod(torch.neuron.synchronize)
-        current_stream = staticmethod(torch.neuron.current_stream)
-        set_stream = staticmethod(torch.neuron.set_stream)
-        stream = staticmethod(torch.neuron.stream)
-        memory_allocated = staticmethod(torch.neuron.memory_allocated)
-
-        @staticmethod
-        def exchange_device(device: int) -> int:
-            return _exchange(device)
-
-        @staticmethod
-        def maybe_exchange_device(device: int) -> int:
-            return _exchange(device)
-
-        @staticmethod
-        def get_raw_stream(device_idx: int) -> int:
-            return 0
-
-        @classmethod
-        def get_device_properties(cls, device=None):
-            return _props(device)
-
-        @staticmethod
-        def get_compute_capability(device=None) -> str:
-            return torch.neuron.get_device_properties(device).name
-
-        @staticmethod
-        def is_bf16_supported(including_emulation: bool = False) -> bool:
-            return True
-
-        @staticmethod
-        def is_triton_capable(device=None) -> bool:
-            return False
-
-        @staticmethod
-        def raise_if_triton_unavailable(device=None) -> None:
-            raise RuntimeError("device 'neuron' compiles with Inductor's C++ backend, not Triton")
-
-    def _exchange(device: int) -> int:
-        prev = torch.neuron.current_device()
-        if device >= 0 and device != prev:
-            torch.neuron.set_device(device)
-        return prev
-
-    di.register_interface_for_device(DEVICE, NeuronInterface)
-    for i in range(torch.neuron.device_count()):
-        di.register_interface_for_device(f"{DEVICE}:{i}", NeuronInterface)
+    _device_interface.register()
 
 
 # --------------------------------------------------------------------------- #
@@ -712,18 +623,13 @@ class _cache_scope:
         self.cache_dir = cache_dir
 
     def __enter__(self):
-        import os
+        from .. import _settings
 
         _env_lock.acquire()
-        self.prev = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = self.cache_dir
+        self._scope = _settings.override("TORCHINDUCTOR_CACHE_DIR", self.cache_dir)
+        self._scope.__enter__()
 
     def __exit__(self, *exc):
-        import os
-
-        if self.prev is None:
-            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
-        else:
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = self.prev
+        self._scope.__exit__(None, None, None)
         _env_lock.release()
         return False

@@ -11,13 +11,13 @@ raising; default from ``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION``, which is
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 import time
 import warnings
 
 import torch
 
+from .. import _settings
 from ..profiler import _graphs as _profiler_graphs
 from . import _inductor_glue as glue
 from . import cache, metrics
@@ -59,8 +59,8 @@ _frame_lock = threading.Lock()
 _warned_modes: set = set()
 
 
-def _flag(name: str, default: str) -> bool:
-    return os.environ.get(name, default).strip().lower() in ("1", "true", "yes", "on")
+def _flag(name: str) -> bool:
+    return _settings.get(name)
 
 
 class _Options:
@@ -83,7 +83,7 @@ class _Options:
         self.model_name = str(options.get("model_name") or current_model_name() or "graph")
         fallback = options.get("fallback_execution")
         if fallback is None:
-            fallback = not _flag("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "1")
+            fallback = not _flag("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION")
         self.fallback_execution = bool(fallback)
 
 
@@ -201,7 +201,7 @@ def _compile(gm, example_inputs: list, opts: _Options, graph_name: str, names: l
     cpu_idx = _cpu_inputs(example_inputs)
     device = _target_device(example_inputs)
     if cpu_idx:
-        if _flag("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", "0"):
+        if _flag("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY"):
             i = cpu_idx[0]
             raise NeuronCpuInputError(
                 f"input {names[i]} of compiled graph {graph_name} is a CPU tensor of shape "

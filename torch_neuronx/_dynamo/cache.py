@@ -21,23 +21,21 @@ import warnings
 
 import torch
 
+from .. import _settings
+
 _tmp_lock = threading.Lock()
 _private_dir: str | None = None
 
 
-def _flag(name: str, default: str = "0") -> bool:
-    return os.environ.get(name, default).strip().lower() in ("1", "true", "yes", "on")
-
-
 def cache_enabled() -> bool:
-    return not _flag("TORCH_NEURONX_NEFF_DISABLE_CACHE")
+    return not _settings.get("TORCH_NEURONX_NEFF_DISABLE_CACHE")
 
 
 def cache_root() -> str:
     """The persistent cache root (not created)."""
-    root = os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR")
+    root = _settings.get("TORCH_NEURONX_NEFF_CACHE_DIR")
     if not root:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = _settings.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         root = os.path.join(base, "torch_neuronx", "neff")
     return os.path.abspath(root)
 
@@ -240,11 +238,11 @@ def _elf_problem(path: str, size: int) -> str | None:
 
 
 def artifacts_enabled() -> bool:
-    return _flag("TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS")
+    return _settings.get("TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS")
 
 
 def debug_dir() -> str:
-    return os.path.abspath(os.environ.get("TORCH_NEURONX_DEBUG_DIR") or "neuron_compile_artifacts")
+    return os.path.abspath(_settings.get("TORCH_NEURONX_DEBUG_DIR"))
 
 
 def _safe(name: str) -> str:

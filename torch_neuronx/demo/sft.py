@@ -20,6 +20,8 @@ import sys
 import tempfile
 import time
 
+from .. import _settings
+
 DEFAULT_PROMPT = "The model"
 # fp32 logits of the reloaded CPU checkpoint vs the trained neuron model: the simulator runs the
 # CPU kernels, so they agree to rounding; anything larger means the checkpoint is not portable
@@ -156,30 +158,13 @@ def _sft_config(args: argparse.Namespace, output_dir: str):
     )
 
 
-def main(argv=None) -> int:
-    """Run the demo with command-line arguments `argv` (default: ``sys.argv[1:]``); returns the exit code."""
-    args = parse_args(argv)
-    # Before transformers is imported (it reads them then); the demo never needs the Hub.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-
+def _build_model(args, text):
+    """A BPE tokenizer trained on `text`, the sentence dataset and a fresh tiny Llama (seeded)."""
     import torch
-    import transformers
-    from transformers import AutoModelForCausalLM, LlamaForCausalLM
-    from trl import SFTTrainer
+    from transformers import LlamaForCausalLM
 
-    from .hf import corpus_dataset, load_corpus, tiny_llama_config, train_tokenizer
+    from .hf import corpus_dataset, tiny_llama_config, train_tokenizer
 
-    transformers.logging.set_verbosity_error()
-    on_neuron = args.device == "neuron"
-    if on_neuron and not torch.neuron.is_available():
-        print("error: no neuron device (see `neuron-ls`)", file=sys.stderr)
-        return 1
-    work = args.out or tempfile.mkdtemp(prefix="torch-neuronx-demo-")
-    os.makedirs(work, exist_ok=True)
-    t_start = time.perf_counter()
-
-    text = load_corpus(args.corpus)
     tokenizer = train_tokenizer(text, vocab_size=args.vocab_size)
     dataset = corpus_dataset(text, unit="sentence")
     torch.manual_seed(args.seed)
@@ -192,67 +177,80 @@ def main(argv=None) -> int:
             max_positions=max(256, args.seq_len + args.max_new_tokens + 16),
         )
     )
-    n_params = sum(p.numel() for p in model.parameters())
+    return tokenizer, dataset, model
 
-    config = _sft_config(args, os.path.join(work, "trainer"))
+
+def _make_trainer(args, model, dataset, tokenizer, work: str, step_ends: list):
+    """The SFTTrainer; it appends each step's end time to `step_ends`."""
     from transformers import TrainerCallback
-
-    step_ends: list[float] = []
+    from trl import SFTTrainer
 
     class _StepClock(TrainerCallback):
         def on_step_end(self, *a, **k):
             step_ends.append(time.perf_counter())
 
-    trainer = SFTTrainer(
+    return SFTTrainer(
         model=model,
-        args=config,
+        args=_sft_config(args, os.path.join(work, "trainer")),
         train_dataset=dataset,
         eval_dataset=dataset,
         processing_class=tokenizer,
         callbacks=[_StepClock()],
     )
-    device = trainer.args.device
-    if on_neuron:
-        device = torch.device("neuron", torch.neuron.current_device())
-        dev_name = torch.neuron.get_device_name(device)
-        torch.neuron.reset_peak_memory_stats(device)
-        if args.compile:
-            torch.neuron.reset_dynamo_metrics()
-    else:
-        dev_name = "cpu"
-    n_seq = len(trainer.train_dataset)
-    print(
-        f"torch-neuronx demo: fine-tune a Llama-style LM ({args.layers} layers, hidden {args.hidden_size}, "
-        f"{n_params / 1e6:.2f}M parameters) with TRL SFTTrainer"
-    )
-    print(
-        f"device: {device} ({dev_name}{', simulated' if on_neuron else ''}) | corpus: {len(text)} chars, "
-        f"{len(dataset)} sentences -> {n_seq} packed sequences of {args.seq_len} tokens | "
-        f"BPE vocab {len(tokenizer)} (trained locally) | bf16: {'on' if args.bf16 else 'off'} | "
-        f"compile: {'on' if args.compile else 'off'}"
-    )
+
+
+def _prepare_device(args, trainer, on_neuron: bool):
+    """The device the trainer runs on and its name; on neuron, peak memory (and compile metrics) start afresh."""
+    import torch
+
+    if not on_neuron:
+        return trainer.args.device, "cpu"
+    device = torch.device("neuron", torch.neuron.current_device())
+    dev_name = torch.neuron.get_device_name(device)
+    torch.neuron.reset_peak_memory_stats(device)
+    if args.compile:
+        torch.neuron.reset_dynamo_metrics()
+    return device, dev_name
+
+
+def _train(args, trainer, device, on_neuron: bool) -> dict:
+    """Evaluate, train, evaluate; the losses, the training curve, tokens, time, peak memory, compile metrics."""
+    import torch
 
     loss_before = trainer.evaluate()["eval_loss"]
     result = trainer.train()
     loss_after = trainer.evaluate()["eval_loss"]
     history = trainer.state.log_history
-    train_curve = [(h["step"], h["loss"]) for h in history if "loss" in h]
     tokens = (
         int(max((h.get("num_tokens", 0) for h in history), default=0)) or args.steps * args.batch_size * args.seq_len
     )
-    train_seconds = result.metrics["train_runtime"]
-    compile_metrics = torch.neuron.get_dynamo_metrics() if on_neuron and args.compile else None
-    peak = torch.neuron.max_memory_allocated(device) if on_neuron else None
+    return {
+        "loss_before": loss_before,
+        "loss_after": loss_after,
+        "train_curve": [(h["step"], h["loss"]) for h in history if "loss" in h],
+        "tokens": tokens,
+        "train_seconds": result.metrics["train_runtime"],
+        "compile_metrics": torch.neuron.get_dynamo_metrics() if on_neuron and args.compile else None,
+        "peak": torch.neuron.max_memory_allocated(device) if on_neuron else None,
+    }
 
-    # a standard checkpoint, reloaded on CPU with plain transformers
-    model_dir = os.path.join(work, "model")
+
+def _save_and_reload(args, trainer, tokenizer, text: str, model_dir: str):
+    """Save a standard checkpoint, reload it on CPU with plain transformers; the trained model and the logit gap."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
     trainer.save_model(model_dir)
     trained = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False).eval()
     cpu_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     probe = torch.tensor([tokenizer(text[:400])["input_ids"][: args.seq_len]])
-    logit_diff = _max_logit_diff(trained, cpu_model, probe)
+    return trained, _max_logit_diff(trained, cpu_model, probe)
 
-    # generation on the device (sampling, seeded); each sample ends at <eos> (a sentence)
+
+def _generate(args, trained, tokenizer):
+    """Seeded samples on the device, each ending at <eos> (a sentence): texts, new tokens, seconds."""
+    import torch
+
     prompt_ids = tokenizer(args.prompt, return_tensors="pt")["input_ids"].to(trained.device)
     torch.manual_seed(args.seed)
     t_gen = time.perf_counter()
@@ -271,15 +269,13 @@ def main(argv=None) -> int:
     gen_seconds = time.perf_counter() - t_gen
     new_ids = out[:, prompt_ids.shape[1] :]
     n_generated = int((new_ids != tokenizer.pad_token_id).sum())
-    generated = tokenizer.batch_decode(out, skip_special_tokens=True)
+    return tokenizer.batch_decode(out, skip_special_tokens=True), n_generated, gen_seconds
 
-    print()
-    print(f"generated on {device} (sampled, temperature 0.7):")
-    print("-" * 60)
-    for text_out in generated:
-        print(text_out)
-    print("-" * 60)
 
+def _summary(args, device, dev_name, n_params, run, logit_diff, generation, step_ends) -> dict:
+    """The demo's results (what summary.json holds besides the training curve)."""
+    generated, n_generated, gen_seconds = generation
+    tokens, train_seconds = run["tokens"], run["train_seconds"]
     summary = {
         "device": str(device),
         "device_name": dev_name,
@@ -288,20 +284,21 @@ def main(argv=None) -> int:
         "tokens_trained": int(tokens),
         "train_seconds": round(train_seconds, 2),
         "tokens_per_second": round(tokens / train_seconds, 1),
-        "loss_before": round(loss_before, 4),
-        "loss_after": round(loss_after, 4),
+        "loss_before": round(run["loss_before"], 4),
+        "loss_after": round(run["loss_after"], 4),
         "cpu_reload_max_logit_diff": logit_diff,
         "generated_tokens": n_generated,
         "generate_tokens_per_second": round(n_generated / gen_seconds, 1),
         "generated": generated,
         "bf16": args.bf16,
         "compile": args.compile,
-        "peak_memory_bytes": peak,
+        "peak_memory_bytes": run["peak"],
         # steady state: the first step includes compiling (or loading) the graphs
         "seconds_per_step_after_first": (
             round((step_ends[-1] - step_ends[0]) / (len(step_ends) - 1), 4) if len(step_ends) > 1 else None
         ),
     }
+    compile_metrics = run["compile_metrics"]
     if compile_metrics is not None:
         summary["compile_metrics"] = {
             k: compile_metrics[k]
@@ -314,7 +311,11 @@ def main(argv=None) -> int:
                 "graph_breaks",
             )
         }
+    return summary
 
+
+def _print_summary(args, device, dev_name, run, summary: dict, logit_diff: float) -> None:
+    tokens, train_seconds, train_curve = run["tokens"], run["train_seconds"], run["train_curve"]
     print("summary:")
     print(f"  device:           {device} ({dev_name})")
     print(f"  training:         {args.steps} steps, {tokens:,} tokens in {train_seconds:.1f} s")
@@ -324,17 +325,18 @@ def main(argv=None) -> int:
     )
     if summary["seconds_per_step_after_first"] is not None:
         print(f"  step time:        {summary['seconds_per_step_after_first'] * 1e3:.0f} ms per step after the first")
-    print(f"  loss before:      {loss_before:.4f} (on the corpus)")
+    print(f"  loss before:      {run['loss_before']:.4f} (on the corpus)")
     print(
-        f"  loss after:       {loss_after:.4f} (on the corpus; last logged training loss "
+        f"  loss after:       {run['loss_after']:.4f} (on the corpus; last logged training loss "
         f"{train_curve[-1][1] if train_curve else float('nan'):.4f})"
     )
     print(
         f"  CPU reload:       max |logits(cpu) - logits({device.type})| = {logit_diff:.2e} "
         f"({'ok' if logit_diff <= PORTABILITY_ATOL else 'MISMATCH'}, plain transformers on CPU)"
     )
-    if peak is not None:
-        print(f"  peak memory:      {peak / 2**20:.1f} MiB (torch.neuron.max_memory_allocated)")
+    if run["peak"] is not None:
+        print(f"  peak memory:      {run['peak'] / 2**20:.1f} MiB (torch.neuron.max_memory_allocated)")
+    compile_metrics = run["compile_metrics"]
     if compile_metrics is not None:
         c = summary["compile_metrics"]
         print(
@@ -347,12 +349,69 @@ def main(argv=None) -> int:
         for reason, n in compile_metrics["graph_break_reasons"].items():
             print(f"    {n}x graph break: {reason.splitlines()[0][:120]}")
 
+
+def main(argv=None) -> int:
+    """Run the demo with command-line arguments `argv` (default: ``sys.argv[1:]``); returns the exit code."""
+    args = parse_args(argv)
+    # Before transformers is imported (it reads them then); the demo never needs the Hub.
+    _settings.setdefault("HF_HUB_OFFLINE", "1")
+    _settings.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+    import torch
+    import transformers
+
+    from .hf import load_corpus
+
+    transformers.logging.set_verbosity_error()
+    on_neuron = args.device == "neuron"
+    if on_neuron and not torch.neuron.is_available():
+        print("error: no neuron device (see `neuron-ls`)", file=sys.stderr)
+        return 1
+    work = args.out or tempfile.mkdtemp(prefix="torch-neuronx-demo-")
+    os.makedirs(work, exist_ok=True)
+    t_start = time.perf_counter()
+
+    text = load_corpus(args.corpus)
+    tokenizer, dataset, model = _build_model(args, text)
+    n_params = sum(p.numel() for p in model.parameters())
+    step_ends: list[float] = []
+    trainer = _make_trainer(args, model, dataset, tokenizer, work, step_ends)
+    device, dev_name = _prepare_device(args, trainer, on_neuron)
+    n_seq = len(trainer.train_dataset)
+    print(
+        f"torch-neuronx demo: fine-tune a Llama-style LM ({args.layers} layers, hidden {args.hidden_size}, "
+        f"{n_params / 1e6:.2f}M parameters) with TRL SFTTrainer"
+    )
+    print(
+        f"device: {device} ({dev_name}{', simulated' if on_neuron else ''}) | corpus: {len(text)} chars, "
+        f"{len(dataset)} sentences -> {n_seq} packed sequences of {args.seq_len} tokens | "
+        f"BPE vocab {len(tokenizer)} (trained locally) | bf16: {'on' if args.bf16 else 'off'} | "
+        f"compile: {'on' if args.compile else 'off'}"
+    )
+
+    run = _train(args, trainer, device, on_neuron)
+    model_dir = os.path.join(work, "model")
+    trained, logit_diff = _save_and_reload(args, trainer, tokenizer, text, model_dir)
+    generation = _generate(args, trained, tokenizer)
+
+    print()
+    print(f"generated on {device} (sampled, temperature 0.7):")
+    print("-" * 60)
+    for text_out in generation[0]:
+        print(text_out)
+    print("-" * 60)
+
+    summary = _summary(args, device, dev_name, n_params, run, logit_diff, generation, step_ends)
+    _print_summary(args, device, dev_name, run, summary, logit_diff)
     plot = os.path.join(work, "loss.png")
     save_loss_plot(
-        train_curve, [(0, loss_before), (args.steps, loss_after)], plot, f"SFT of a tiny Llama on {device} ({dev_name})"
+        run["train_curve"],
+        [(0, run["loss_before"]), (args.steps, run["loss_after"])],
+        plot,
+        f"SFT of a tiny Llama on {device} ({dev_name})",
     )
     with open(os.path.join(work, "summary.json"), "w", encoding="utf-8") as f:
-        json.dump(dict(summary, train_curve=train_curve), f, indent=1)
+        json.dump(dict(summary, train_curve=run["train_curve"]), f, indent=1)
     print(f"  saved:            checkpoint {model_dir}, summary.json and loss.png in {work}")
     print(f"  total time:       {time.perf_counter() - t_start:.0f} s")
     return 0 if logit_diff <= PORTABILITY_ATOL else 1

@@ -112,14 +112,14 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    from .. import _hardware
+    from .. import _hardware, _settings
 
     try:
         inst = _hardware.instance(opts.instance)
     except ValueError as e:
         print(f"torch-neuronx check: error: {e}", file=sys.stderr)
         return 2
-    env = dict(os.environ)
+    env = _settings.environ_copy()
     env["TORCH_NEURONX_INSTANCE_TYPE"] = inst.name
     if opts.lnc:
         env["NEURON_LOGICAL_NC_CONFIG"] = str(opts.lnc)

@@ -27,7 +27,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .. import _C
+from .. import _C, _settings
 from ..profiler import _graphs
 from . import _fake
 
@@ -598,8 +598,8 @@ class Collector:
                 memory[str(core)]["breakdown"] = dry["breakdown"]
         n_steps = self.step
         return {
-            "rank": int(os.environ.get("RANK", 0)),
-            "world_size": int(os.environ.get("WORLD_SIZE", 1)),
+            "rank": _settings.get("RANK"),
+            "world_size": _settings.get("WORLD_SIZE"),
             "instance_type": info["instance_type"],
             "lnc": info["logical_nc_config"],
             "steps": n_steps,

@@ -18,12 +18,13 @@ import argparse
 import copy
 import dataclasses
 import json
-import os
 import sys
 import time
 import traceback
 
 import torch
+
+from .. import _settings
 
 NEW_TOKENS = 8
 PROMPT_LEN = 6
@@ -519,8 +520,8 @@ def main(argv=None) -> int:
     p.add_argument("-j", "--json", metavar="OUT", help="write results as JSON")
     args = p.parse_args(argv)
     # Before transformers is imported (it reads them then): tiny configs, never the Hub.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    _settings.setdefault("HF_HUB_OFFLINE", "1")
+    _settings.setdefault("TRANSFORMERS_OFFLINE", "1")
     import transformers
 
     transformers.logging.set_verbosity_error()

@@ -27,6 +27,8 @@ import os
 import sys
 from typing import Iterable
 
+from .. import _settings
+
 ENV_VARS = (
     "TORCH_NEURONX_INSTANCE_TYPE",
     "NEURON_LOGICAL_NC_CONFIG",
@@ -150,7 +152,7 @@ def render(data: dict) -> str:
     """Header and table."""
     total = data["logical_cores_total"]
     visible = data["visible_cores"]
-    env = [f"{k}={os.environ[k]}" for k in ENV_VARS if os.environ.get(k, "").strip()]
+    env = [f"{k}={_settings.raw(k)}" for k in ENV_VARS if (_settings.raw(k) or "").strip()]
     header = [
         f"instance-type: {data['instance_type']} (simulated by torch-neuronx; no Trainium hardware)",
         f"neuron-devices: {data['num_devices']} x {data['chip']}, "
