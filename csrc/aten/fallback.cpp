@@ -23,6 +23,30 @@ struct Converted {
   bool mut;
 };
 
+// An upper bound on the values a random op draws, known before it runs so the
+// generator's offset can be reserved first (as CUDA's Philox offsets are):
+// the largest tensor argument (the tensor filled in place, `out=`, or the
+// distribution's parameters), else the size a factory op is given, else an
+// integer count (randperm's n into a still-empty `out`).
+uint64_t random_values_drawn(const torch::jit::Stack& stack, size_t base, size_t nargs) {
+  uint64_t most = 0, size = 0, n = 0;
+  for (size_t i = base; i < base + nargs; ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor()) {
+      most = std::max<uint64_t>(most, v.toTensor().numel());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) most = std::max<uint64_t>(most, t.numel());
+    } else if (v.isIntList()) {
+      uint64_t p = 1;
+      for (int64_t d : v.toIntList()) p *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
+      size = std::max(size, p);
+    } else if (v.isInt()) {
+      n = std::max<uint64_t>(n, static_cast<uint64_t>(std::max<int64_t>(v.toInt(), 0)));
+    }
+  }
+  return most ? most : size ? size : n;
+}
+
 }  // namespace
 
 void cpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
@@ -72,9 +96,12 @@ void cpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   }
   const c10::DeviceIndex dev = check.finish();
 
-  for (int i : meta.generator_args) {
-    c10::IValue& v = (*stack)[base + i];
-    v = cpu_engine_of(v.isNone() ? default_generator(dev) : v.toGenerator());
+  if (!meta.generator_args.empty()) {
+    const uint64_t count = random_values_drawn(*stack, base, nargs);
+    for (int i : meta.generator_args) {
+      c10::IValue& v = (*stack)[base + i];
+      v = cpu_engine_for(v.isNone() ? default_generator(dev) : v.toGenerator(), count);
+    }
   }
 
   {
