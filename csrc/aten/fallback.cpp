@@ -47,6 +47,28 @@ uint64_t random_values_drawn(const torch::jit::Stack& stack, size_t base, size_t
   return most ? most : size ? size : n;
 }
 
+// A CPU random op handed a neuron generator (Diffusers' randn_tensor samples on
+// CPU with the pipeline's generator whenever the device is neuron). The
+// generator lives on the host (AWS: its methods run on the host only), so the
+// op draws there from the generator's (seed, offset), advances the offset, and
+// its result stays on CPU. False if no generator argument is a neuron one.
+bool host_random_op(const c10::OperatorHandle& op, const OpMeta& meta, torch::jit::Stack* stack, size_t base,
+                    size_t nargs) {
+  bool neuron_gen = false;
+  for (int i : meta.generator_args) {
+    const c10::IValue& v = (*stack)[base + i];
+    neuron_gen |= v.isGenerator() && v.toGenerator().device().type() == kNeuron;
+  }
+  if (!neuron_gen) return false;
+  const uint64_t count = random_values_drawn(*stack, base, nargs);
+  for (int i : meta.generator_args) {
+    c10::IValue& v = (*stack)[base + i];
+    if (v.isGenerator() && v.toGenerator().device().type() == kNeuron) v = cpu_engine_for(v.toGenerator(), count);
+  }
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  return true;
+}
+
 }  // namespace
 
 void cpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
@@ -94,6 +116,7 @@ void cpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
       }
     }
   }
+  if (!meta.generator_args.empty() && check.saw_no_neuron() && host_random_op(op, meta, stack, base, nargs)) return;
   const c10::DeviceIndex dev = check.finish();
 
   if (!meta.generator_args.empty()) {

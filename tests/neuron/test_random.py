@@ -215,6 +215,19 @@ def test_activation_checkpointing_replays_the_dropout_masks():
     assert torch.equal(grads["plain"], grads["non-reentrant"])
 
 
+def test_cpu_random_op_with_a_neuron_generator_draws_on_the_host():
+    """What Diffusers' randn_tensor does on neuron: a CPU randn given the neuron generator."""
+    g = torch.Generator("neuron").manual_seed(0)
+    a = torch.randn(2, 3, generator=g)
+    assert a.device.type == "cpu" and g.get_offset() == 8
+    g.manual_seed(0)
+    assert torch.equal(torch.randn(2, 3, generator=g), a)
+    assert torch.equal(torch.empty(2, 3).normal_(generator=g.manual_seed(0)), a)
+    assert not torch.equal(torch.randn(2, 3, generator=g), a)  # the offset moved on
+    with pytest.raises(RuntimeError, match="same device"):  # CPU tensors next to neuron ones still are an error
+        torch.randn(4, device="neuron").add_(torch.randn(4))
+
+
 LOCAL_TENSOR_EXAMPLE = """
 import torch
 import torch.distributed as dist
