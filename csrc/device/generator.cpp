@@ -24,19 +24,21 @@ namespace {
 
 constexpr int64_t kStateBytes = 16;
 
-uint64_t splitmix64(uint64_t& x) {
-  uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
+// splitmix64's finalizer: a bijection that scatters nearby inputs.
+uint64_t mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
 }
 
+uint64_t splitmix64(uint64_t& x) { return mix64(x += 0x9e3779b97f4a7c15ULL); }
+
 // Fills all 624 words of the Mersenne Twister from (seed, offset): seeding it
 // with one integer would keep only 32 bits, and ops would share streams after
 // about 2^16 draws.
 at::Generator keyed_cpu_engine(uint64_t seed, uint64_t offset) {
-  uint64_t x = seed;
-  x = splitmix64(x) + offset;  // a bijection of offset for a given seed
+  // Scattered, so the splitmix64 streams of nearby offsets do not overlap.
+  uint64_t x = mix64(mix64(seed) ^ offset);
   at::mt19937_data_pod pod;
   pod.seed_ = x;
   pod.seeded_ = true;
