@@ -107,6 +107,7 @@ struct NeuronGenerator final : c10::GeneratorImpl {
     std::lock_guard<std::mutex> lock(state_mutex_);
     seed_ = s;
     offset_ = o;
+    cpu_equal_ = std::nullopt;  // a 16-byte state holds no Mersenne Twister: restart it from the seed
   }
   c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
     if (g_cpu_equal.load()) {
