@@ -13,6 +13,7 @@ generated length. Under ``torchrun`` the model is loaded with ``tp_plan="auto"``
     python examples/generate.py --model /tmp/tiny-llama --max-new-tokens 32
     torchrun --nproc_per_node=2 examples/generate.py --model /tmp/tiny-llama   # tensor parallel
     python examples/generate.py --model /tmp/tiny-llama --device cpu           # the same on CPU
+    python examples/generate.py --model /tmp/tiny-llama --cpu-equal-rng        # sample CPU's stream on neuron
 
 ``--json OUT`` writes the generated token ids of every mode and the metrics.
 """
@@ -20,6 +21,7 @@ generated length. Under ``torchrun`` the model is loaded with ``tp_plan="auto"``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -101,7 +103,7 @@ def generate(
     kw = dict(max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id)
     if mode == "sample":
         kw.update(do_sample=True, top_k=50, top_p=0.95, temperature=0.9)
-        torch.manual_seed(seed)  # seeds CPU and every neuron core: the same stream as CPU
+        torch.manual_seed(seed)  # seeds CPU and every neuron core
     else:
         kw.update(do_sample=False)
     if static:
@@ -135,6 +137,12 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--no-static", action="store_true", help="skip the static-cache (compiled) runs")
     p.add_argument("--json", metavar="OUT", help="write tokens and metrics as JSON")
+    p.add_argument(
+        "--cpu-equal-rng",
+        action="store_true",
+        help="sample with CPU's random stream on neuron (torch_neuronx.cpu_equal_rng), so seeded sampling "
+        "gives CPU's tokens; neuron's own generator draws other numbers",
+    )
     args = p.parse_args(argv)
     if args.max_new_tokens < 1:
         p.error("--max-new-tokens must be >= 1")
@@ -166,6 +174,7 @@ def main(argv=None) -> int:
         "world_size": world,
         "seed": args.seed,
         "max_new_tokens": args.max_new_tokens,
+        "cpu_equal_rng": args.cpu_equal_rng,
         "tokens": {},
     }
     caches = [False] if args.no_static else [False, True]
@@ -176,7 +185,8 @@ def main(argv=None) -> int:
         for mode in MODES:
             name = f"{mode}/{'static' if static else 'dynamic'}"
             t0 = time.perf_counter()
-            ids = generate(model, tok, mode, static, args.max_new_tokens, args.seed)
+            with _rng_mode(args):
+                ids = generate(model, tok, mode, static, args.max_new_tokens, args.seed)
             dt = time.perf_counter() - t0
             result["tokens"][name] = ids
             _print(rank0, f"\n[{name}] {dt:.2f} s")
@@ -193,6 +203,15 @@ def main(argv=None) -> int:
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
     return 0
+
+
+def _rng_mode(args):
+    """The random stream seeded sampling draws on neuron: its own, or CPU's (--cpu-equal-rng)."""
+    if args.cpu_equal_rng and args.device == "neuron":
+        import torch_neuronx
+
+        return torch_neuronx.cpu_equal_rng()
+    return contextlib.nullcontext()
 
 
 def _check_bounded_compiles(model, tok, args, rank0) -> dict:

@@ -20,6 +20,7 @@ import torch  # noqa: E402
 
 from . import _C  # noqa: E402,F401  (loads the C++ device core)
 from ._registration import is_neuron_runtime_initialized  # noqa: E402
+from .neuron.random import cpu_equal_rng
 from .neuron.streams import Event, Stream
 from .ops_tracking import clear_op_tracking, get_executed_ops, get_fallback_ops
 
@@ -29,6 +30,7 @@ __all__ = [
     "Event",
     "Stream",
     "clear_op_tracking",
+    "cpu_equal_rng",
     "get_executed_ops",
     "get_fallback_ops",
     "is_neuron_runtime_initialized",

@@ -63,6 +63,9 @@ class ArgCheck {
     if (dev_ < 0) dev_ = index;
   }
 
+  // No neuron tensor and no `device=neuron` among the arguments (so far).
+  bool saw_no_neuron() const { return dev_ < 0; }
+
   // After all arguments: the op's device (the current one if no argument
   // named it), a recorded mismatch raised, the op counted and fallbacks noted.
   c10::DeviceIndex finish() {

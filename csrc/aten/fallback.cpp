@@ -23,6 +23,52 @@ struct Converted {
   bool mut;
 };
 
+// An upper bound on the values a random op draws, known before it runs so the
+// generator's offset can be reserved first (as CUDA's Philox offsets are):
+// the largest tensor argument (the tensor filled in place, `out=`, or the
+// distribution's parameters), else the size a factory op is given, else an
+// integer count (randperm's n into a still-empty `out`).
+uint64_t random_values_drawn(const torch::jit::Stack& stack, size_t base, size_t nargs) {
+  uint64_t most = 0, size = 0, n = 0;
+  for (size_t i = base; i < base + nargs; ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor()) {
+      most = std::max<uint64_t>(most, v.toTensor().numel());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) most = std::max<uint64_t>(most, t.numel());
+    } else if (v.isIntList()) {
+      uint64_t p = 1;
+      for (int64_t d : v.toIntList()) p *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
+      size = std::max(size, p);
+    } else if (v.isInt()) {
+      n = std::max<uint64_t>(n, static_cast<uint64_t>(std::max<int64_t>(v.toInt(), 0)));
+    }
+  }
+  return most ? most : size ? size : n;
+}
+
+// A CPU random op handed a neuron generator (Diffusers' randn_tensor samples on
+// CPU with the pipeline's generator whenever the device is neuron). The
+// generator lives on the host (AWS: its methods run on the host only), so the
+// op draws there from the generator's (seed, offset), advances the offset, and
+// its result stays on CPU. False if no generator argument is a neuron one.
+bool host_random_op(const c10::OperatorHandle& op, const OpMeta& meta, torch::jit::Stack* stack, size_t base,
+                    size_t nargs) {
+  bool neuron_gen = false;
+  for (int i : meta.generator_args) {
+    const c10::IValue& v = (*stack)[base + i];
+    neuron_gen |= v.isGenerator() && v.toGenerator().device().type() == kNeuron;
+  }
+  if (!neuron_gen) return false;
+  const uint64_t count = random_values_drawn(*stack, base, nargs);
+  for (int i : meta.generator_args) {
+    c10::IValue& v = (*stack)[base + i];
+    if (v.isGenerator() && v.toGenerator().device().type() == kNeuron) v = cpu_engine_for(v.toGenerator(), count);
+  }
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  return true;
+}
+
 }  // namespace
 
 void cpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
@@ -70,11 +116,15 @@ void cpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
       }
     }
   }
+  if (!meta.generator_args.empty() && check.saw_no_neuron() && host_random_op(op, meta, stack, base, nargs)) return;
   const c10::DeviceIndex dev = check.finish();
 
-  for (int i : meta.generator_args) {
-    c10::IValue& v = (*stack)[base + i];
-    v = cpu_engine_of(v.isNone() ? default_generator(dev) : v.toGenerator());
+  if (!meta.generator_args.empty()) {
+    const uint64_t count = random_values_drawn(*stack, base, nargs);
+    for (int i : meta.generator_args) {
+      c10::IValue& v = (*stack)[base + i];
+      v = cpu_engine_for(v.isNone() ? default_generator(dev) : v.toGenerator(), count);
+    }
   }
 
   {

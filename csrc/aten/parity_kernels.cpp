@@ -1,5 +1,6 @@
 // Explicit kernels of ops that PyTorch routes by device type, so that
-// numerics, random streams and kernel choices on neuron equal CPU's.
+// numerics and kernel choices on neuron equal CPU's, and random ops draw from
+// the neuron generator.
 #include <ATen/ATen.h>
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/transformers/attention.h>
@@ -16,8 +17,8 @@
 namespace neuron {
 namespace {
 
-// CPU's native_dropout draws from CPU's default generator; draw from the
-// device's generator instead (same algorithm, so same stream for same seed).
+// CPU's native_dropout draws from CPU's default generator; draw the mask from
+// the device's generator instead (its offset advances as for any random op).
 std::tuple<at::Tensor, at::Tensor> neuron_native_dropout(const at::Tensor& input, double p, std::optional<bool> train) {
   if (input.numel() == 0) return {input, at::empty_like(input, input.options())};
   if (!train.has_value() || *train) {

@@ -106,6 +106,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(i))));
   });
+  m.def("_set_cpu_equal_rng", &set_cpu_equal_rng);
   m.def("_executed_ops", &executed_ops);
   m.def("_fallback_ops", &fallback_ops);
   m.def("_fallback_count", &fallback_count);

@@ -17,6 +17,7 @@ import torch
 import torch._dynamo
 from torch import nn
 
+import torch_neuronx
 from helpers import MLP, tiny_llama
 
 DEV = "neuron"
@@ -115,7 +116,7 @@ def _train_gpt2(device, steps=10):
     g = torch.Generator().manual_seed(2)
     batches = torch.randint(0, 1000, (steps, 4, 32), generator=g)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    _seed(123)  # same dropout masks on both devices
+    _seed(123)  # same dropout masks on both devices (inside torch_neuronx.cpu_equal_rng())
     losses = []
     for i in range(steps):
         ids = batches[i].to(device)
@@ -128,8 +129,10 @@ def _train_gpt2(device, steps=10):
 
 
 def test_gpt2_train_dropout_parity():
-    cpu_losses, cpu_model = _train_gpt2("cpu")
-    neu_losses, neu_model = _train_gpt2(DEV)
+    # Neuron's generator draws its own numbers; CPU's stream on neuron gives both devices the same masks.
+    with torch_neuronx.cpu_equal_rng():
+        cpu_losses, cpu_model = _train_gpt2("cpu")
+        neu_losses, neu_model = _train_gpt2(DEV)
     for i, (a, b) in enumerate(zip(cpu_losses, neu_losses)):
         _assert_equal(a, b, f"GPT-2 loss at step {i}")
     cpu_sd, neu_sd = cpu_model.state_dict(), neu_model.state_dict()

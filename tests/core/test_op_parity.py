@@ -10,7 +10,8 @@ Rules:
   sample that runs on CPU is excluded (not counted).
 * CPU runs twice with the same seed; samples whose two CPU runs differ are
   nondeterministic and dropped (as are the ops in ``SKIP_OPS``).  Random ops run
-  on CPU and on neuron with the same seed and must agree.
+  on CPU and on neuron with the same seed, inside ``torch_neuronx.cpu_equal_rng()``
+  (neuron's own generator draws other numbers than CPU's), and must agree.
 * Floats use ``assert_close`` defaults (NaN equal); integers and bools are exact.
   Bit-exactness of floats is recorded in the report as an extra statistic.
 * Known failures (``KNOWN_FAILURES``) are still counted as failures in the pass
@@ -34,6 +35,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.utils._pytree as pytree
+
+import torch_neuronx
 
 DEVICE = "neuron"
 SEED = 1234
@@ -342,7 +345,7 @@ def test_op_parity():
     t0 = time.time()
     records = []
     skipped_ops = []
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), torch_neuronx.cpu_equal_rng():
         warnings.simplefilter("ignore")
         for op, dtype in iter_pairs():
             if op.name in SKIP_OPS:

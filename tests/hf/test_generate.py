@@ -40,7 +40,11 @@ def runs(tmp_path_factory):
         [EXAMPLE, "--make-tiny", ckpt, "--device", "cpu", "--max-new-tokens", NEW_TOKENS, "--json", tmp / "cpu.json"],
         env,
     )
-    neuron_out = _run([EXAMPLE, "--model", ckpt, "--max-new-tokens", NEW_TOKENS, "--json", tmp / "neuron.json"], env)
+    # Seeded sampling compared with CPU's: neuron's own generator draws other numbers.
+    neuron_out = _run(
+        [EXAMPLE, "--model", ckpt, "--max-new-tokens", NEW_TOKENS, "--cpu-equal-rng", "--json", tmp / "neuron.json"],
+        env,
+    )
     load = lambda name: json.loads((tmp / name).read_text())  # noqa: E731
     return {
         "dir": tmp,

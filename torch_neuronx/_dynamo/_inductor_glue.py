@@ -340,9 +340,9 @@ def _patch_rng_state_hops() -> None:
         hop._dispatch_cache.clear()  # it may already hold the original BackendSelect kernel
     # The fake impl of run_and_save_rng_state is the BackendSelect kernel itself (it
     # returns a real CPU state tensor next to fake outputs, like CUDA's); the fake impl
-    # of run_with_rng_state ignores the device and needs no change. The partitioner
-    # types the saved state like CPU's (uint8[5056], mt19937), which is also the
-    # neuron generator's state format, so the graphs' shapes agree.
+    # of run_with_rng_state ignores the device and needs no change. The saved state
+    # is typed from the real one save_neuron returns (the 16-byte (seed, offset)),
+    # so the forward's output and the backward's input agree.
     registered_hop_fake_fns[save] = save_select
 
 

@@ -1,8 +1,9 @@
 """Random number generation on neuron: one default generator per device.
 
-Each generator drives a Mersenne Twister engine of its own, so neuron's streams
-are independent of torch's CPU default generator, yet for the same seed they
-equal CPU's (dropout on neuron draws what dropout on CPU would).
+As AWS's TorchNeuron documents it, a generator's state is 16 bytes, an 8-byte
+seed then an 8-byte offset (the layout DTensor's RNG tracker reads); the
+offset advances as random ops draw values. Streams are independent of CPU's
+and do not equal CPU's for the same seed.
 """
 
 import torch
@@ -62,7 +63,9 @@ def get_rng_state(device="neuron") -> torch.Tensor:
 
 def set_rng_state(new_state: torch.Tensor, device="neuron") -> None:
     """Restore a device's RNG state."""
-    _generator(device).set_state(new_state.clone() if new_state.device.type == "cpu" else new_state.cpu())
+    # No clone (set_state copies the 16 bytes): FakeTensorMode refuses to clone
+    # a real tensor, and CPU and CUDA hand the state over directly too.
+    _generator(device).set_state(new_state if new_state.device.type == "cpu" else new_state.cpu())
 
 
 def get_rng_state_all() -> list:
@@ -74,3 +77,27 @@ def set_rng_state_all(new_states) -> None:
     """Restore the RNG states of all devices."""
     for i, state in enumerate(new_states):
         set_rng_state(state, i)
+
+
+class cpu_equal_rng:
+    """Opt-in: neuron's random ops draw CPU's stream, so a seeded run equals CPU's.
+
+    Inside the block (process-wide, every generator) each neuron generator draws
+    from a Mersenne Twister seeded like CPU's default generator, op after op,
+    and its state is CPU's 5,056 bytes instead of the 16-byte (seed, offset)
+    AWS documents: DTensor random ops and FSDP2's ``reset_parameters`` do not
+    work in it. Meant for parity checks against CPU (dropout training); seed
+    inside the block. The real device has no such mode.
+    """
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = bool(enabled)
+        self._prev = None
+
+    def __enter__(self):
+        self._prev = _C._set_cpu_equal_rng(self.enabled)
+        return self
+
+    def __exit__(self, *exc):
+        _C._set_cpu_equal_rng(self._prev)
+        return False
