@@ -286,3 +286,30 @@ def override(name: str, value: str):
 def environ_copy() -> dict[str, str]:
     """A copy of the whole environment, to start a child process with (then add the variables it needs)."""
     return dict(os.environ)
+
+
+# What torchrun sets in each rank's environment (its names, not ours): the dry run's rank
+# launcher plays torchrun's part for the ranks it forks.
+TORCHRUN_RANK_ENV = (
+    "RANK",
+    "LOCAL_RANK",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+)
+
+
+def set_rank_environment(values: dict[str, str]) -> None:
+    """Set a rank's torchrun environment in this process (names from TORCHRUN_RANK_ENV only)."""
+    unknown = sorted(set(values) - set(TORCHRUN_RANK_ENV))
+    if unknown:
+        raise ValueError(f"not a variable torchrun sets for a rank: {unknown}")
+    os.environ.update(values)

@@ -75,7 +75,9 @@ def _rank_env(rank: int, nproc: int, world: int, port: int) -> dict:
 
 
 def _child(rank: int, env: dict, raw_dir: str, target: list[str]) -> int:
-    os.environ.update(env)
+    from .. import _settings
+
+    _settings.set_rank_environment(env)
     if rank != 0:
         log = os.open(os.path.join(raw_dir, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(log, 1)

@@ -1,0 +1,174 @@
+"""Dry runs at real size: Llama-3.1-8B and -70B fine-tuning with TRL on a whole trn2.48xlarge.
+
+    python benchmarks/dry_run.py                      # 8B, TP=4 x FSDP=8, 32 ranks, and 8B on one core
+    python benchmarks/dry_run.py --cases 70b          # 70B, TP=4 x FSDP=16, 64 ranks (LNC=2)
+
+Each case writes the public config of the model and a *header-only* checkpoint (safetensors
+files whose headers give every tensor's name, dtype and shape, and whose data is a sparse
+hole: no disk blocks, nothing to read), then runs ``examples/sft.py`` unmodified under
+``torch-neuronx check --dry-run``: TRL's SFTTrainer, transformers' DistributedConfig, bf16,
+sequence length 4096, activation checkpointing, two optimizer steps. The table gives the
+wall time and the peak host memory of the whole job (all ranks), against the same figures
+of a plain CPU PyTorch process that only imports the libraries (the floor of any run), and
+the report's verdict and per-rank peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Public configs (meta-llama/Llama-3.1-8B and -70B config.json).
+LLAMA = {
+    "8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32),
+    "70b": dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64),
+}
+COMMON = dict(
+    num_key_value_heads=8,
+    vocab_size=128256,
+    max_position_embeddings=131072,
+    rms_norm_eps=1e-5,
+    rope_theta=500000.0,
+    rope_scaling={
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+    tie_word_embeddings=False,
+    bos_token_id=128000,
+    eos_token_id=128001,
+)
+CASES = {  # name -> (model, tp, fsdp, instance)
+    "8b": ("8b", 4, 8, "trn2.48xlarge"),
+    "8b-1core": ("8b", 1, 1, "trn2.48xlarge"),
+    "70b": ("70b", 4, 16, "trn2.48xlarge"),
+}
+_ST_DTYPE = {"torch.bfloat16": "BF16", "torch.float32": "F32", "torch.float16": "F16"}
+
+
+def write_header_only_checkpoint(config, path: str, shard_bytes: int = 5 << 30) -> int:
+    """Writes config.json and safetensors files with every tensor's header and no data (a
+    sparse hole); returns the checkpoint's size in bytes as a real one would have it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    config.save_pretrained(path)
+    shards, current, size = [], {}, 0
+    for name, t in model.state_dict().items():
+        nbytes = t.numel() * t.element_size()
+        if current and size + nbytes > shard_bytes:
+            shards.append(current)
+            current, size = {}, 0
+        current[name] = t
+        size += nbytes
+    shards.append(current)
+    weight_map, total = {}, 0
+    for i, shard in enumerate(shards):
+        fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        header, offset = {"__metadata__": {"format": "pt"}}, 0
+        for name, t in shard.items():
+            n = t.numel() * t.element_size()
+            header[name] = {"dtype": _ST_DTYPE[str(t.dtype)], "shape": list(t.shape), "data_offsets": [offset, offset + n]}
+            offset += n
+            weight_map[name] = fname
+        blob = json.dumps(header).encode()
+        blob += b" " * (-len(blob) % 8)
+        with open(os.path.join(path, fname), "wb") as f:
+            f.write(struct.pack("<Q", len(blob)) + blob)
+            f.truncate(8 + len(blob) + offset)  # the data: a hole, no blocks on disk
+        total += offset
+    with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f)
+    return total
+
+
+def build_checkpoint(model: str, path: str) -> int:
+    from transformers import LlamaConfig
+
+    from torch_neuronx.demo.hf import train_tokenizer
+
+    tokenizer = train_tokenizer(vocab_size=512)  # any ids below the model's vocabulary do
+    tokenizer.save_pretrained(path)
+    return write_header_only_checkpoint(LlamaConfig(**LLAMA[model], **COMMON), path)
+
+
+def run_case(name: str, work: str, steps: int, seq: int, workers: int) -> dict:
+    model, tp, fsdp, instance = CASES[name]
+    ckpt = os.path.join(work, f"llama-{model}")
+    if not os.path.isdir(ckpt):
+        os.makedirs(ckpt)
+        build_checkpoint(model, ckpt)
+    world = tp * fsdp
+    script = [os.path.join(REPO, "examples", "sft.py"), "--model_name_or_path", ckpt]
+    script += ["--tp_size", str(tp), "--fsdp_size", str(fsdp), "--bf16", "true", "--dtype", "bfloat16"]
+    script += ["--max_length", str(seq), "--per_device_train_batch_size", "1", "--max_steps", str(steps)]
+    script += ["--activation_checkpointing", "true", "--output_dir", os.path.join(work, f"out-{name}")]
+    script += ["--logging_steps", "1", "--save_strategy", "no"]
+    launcher = ["torchrun", "--nproc-per-node", str(world)] if world > 1 else [sys.executable]
+    out = os.path.join(work, f"report-{name}")
+    cmd = [sys.executable, "-m", "torch_neuronx.cli", "check", "--dry-run", "--instance", instance]
+    cmd += ["--workers", str(workers), "--out", out, "--"] + launcher + script
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    wall = time.perf_counter() - t0
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    rep = json.load(open(os.path.join(out, "report.json"))) if os.path.exists(os.path.join(out, "report.json")) else {}
+    if not rep:
+        print(proc.stdout[-3000:], proc.stderr[-3000:])
+    return {
+        "case": name,
+        "ranks": world,
+        "wall_s": wall,
+        "max_rss_gib": peak_kib / 2**20,
+        "verdict": rep.get("verdict", f"no report (exit {proc.returncode})"),
+        "peak": max((m["peak_allocated"] for m in rep.get("memory", [])), default=0) / 2**30,
+        "classes": len(rep.get("memory", [])),
+        "ranks_reported": len(rep.get("memory_per_rank", [])),
+    }
+
+
+def _baseline_import_seconds() -> tuple[float, float]:
+    """A plain CPU PyTorch process importing what the script imports: the floor of any run."""
+    t0 = time.perf_counter()
+    code = "import torch, transformers, trl; from transformers import AutoModelForCausalLM; from trl import SFTTrainer"
+    subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0"))
+    return time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cases", default="8b,8b-1core", help=f"comma-separated, of {', '.join(CASES)}")
+    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--seq", type=int, default=4096)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--work", default=None, help="where checkpoints and reports go (default: a temporary dir)")
+    args = p.parse_args()
+    work = args.work or tempfile.mkdtemp(prefix="dry-run-bench-")
+    base_s, base_gib = _baseline_import_seconds()
+    print(f"plain CPU PyTorch process importing torch+transformers+trl: {base_s:.1f} s, {base_gib:.2f} GiB max RSS")
+    print("| case | ranks | wall time | max RSS of one process | verdict | peak per core | rank classes |")
+    print("|---|---|---|---|---|---|---|")
+    for name in args.cases.split(","):
+        r = run_case(name, work, args.steps, args.seq, args.workers)
+        print(
+            f"| {r['case']} | {r['ranks']} ({r['ranks_reported']} reported) | {r['wall_s']:.0f} s | "
+            f"{r['max_rss_gib']:.2f} GiB | {r['verdict'][:90]} | {r['peak']:.2f} GiB | {r['classes']} |"
+        )
+    print(f"reports in {work}")
+
+
+if __name__ == "__main__":
+    main()
