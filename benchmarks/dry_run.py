@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import resource
-import struct
 import subprocess
 import sys
 import tempfile
@@ -54,55 +53,17 @@ CASES = {  # name -> (model, tp, fsdp, instance)
     "8b-1core": ("8b", 1, 1, "trn2.48xlarge"),
     "70b": ("70b", 4, 16, "trn2.48xlarge"),
 }
-_ST_DTYPE = {"torch.bfloat16": "BF16", "torch.float32": "F32", "torch.float16": "F16"}
-
-
-def write_header_only_checkpoint(config, path: str, shard_bytes: int = 5 << 30) -> int:
-    """Writes config.json and safetensors files with every tensor's header and no data (a
-    sparse hole); returns the checkpoint's size in bytes as a real one would have it."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    config.save_pretrained(path)
-    shards, current, size = [], {}, 0
-    for name, t in model.state_dict().items():
-        nbytes = t.numel() * t.element_size()
-        if current and size + nbytes > shard_bytes:
-            shards.append(current)
-            current, size = {}, 0
-        current[name] = t
-        size += nbytes
-    shards.append(current)
-    weight_map, total = {}, 0
-    for i, shard in enumerate(shards):
-        fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        header, offset = {"__metadata__": {"format": "pt"}}, 0
-        for name, t in shard.items():
-            n = t.numel() * t.element_size()
-            header[name] = {"dtype": _ST_DTYPE[str(t.dtype)], "shape": list(t.shape), "data_offsets": [offset, offset + n]}
-            offset += n
-            weight_map[name] = fname
-        blob = json.dumps(header).encode()
-        blob += b" " * (-len(blob) % 8)
-        with open(os.path.join(path, fname), "wb") as f:
-            f.write(struct.pack("<Q", len(blob)) + blob)
-            f.truncate(8 + len(blob) + offset)  # the data: a hole, no blocks on disk
-        total += offset
-    with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
-        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f)
-    return total
 
 
 def build_checkpoint(model: str, path: str) -> int:
     from transformers import LlamaConfig
 
     from torch_neuronx.demo.hf import train_tokenizer
+    from torch_neuronx.readiness import header_only_checkpoint
 
     tokenizer = train_tokenizer(vocab_size=512)  # any ids below the model's vocabulary do
     tokenizer.save_pretrained(path)
-    return write_header_only_checkpoint(LlamaConfig(**LLAMA[model], **COMMON), path)
+    return header_only_checkpoint(LlamaConfig(**LLAMA[model], **COMMON), path)
 
 
 def run_case(name: str, work: str, steps: int, seq: int, workers: int) -> dict:

@@ -14,9 +14,10 @@ from __future__ import annotations
 import sys
 import types
 
+from ._checkpoint import header_only_checkpoint
 from ._report import Report
 
-__all__ = ["Readiness", "Report", "readiness"]
+__all__ = ["Readiness", "Report", "readiness", "header_only_checkpoint"]
 
 
 class Readiness:

@@ -465,7 +465,8 @@ class Collector:
             dtype = (ins or outs)[0].dtype
         dname = _dtype_name(dtype)
         if kind == "collective":
-            self._record_collective(func, args, kwargs, out, dname)
+            if not name.startswith("_c10d_functional::wait_tensor"):  # a wait moves no data
+                self._record_collective(func, args, kwargs, out, dname)
         elif getattr(self._tls, "in_graph", False):
             if fallback is not None:
                 self._record_fallback(name, fallback, ins, outs)

@@ -1,0 +1,176 @@
+"""The dry run: real size, no data, real allocator accounting, values it cannot know."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import torch_neuronx
+from torch_neuronx.readiness._dryrun import ValueUnknownError
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _train(dtype=torch.float32, steps=3):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256)).to("neuron")
+    model.to(dtype)  # a fake model's .to(dtype) swaps its parameters: must work
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for _ in range(steps):
+        x = torch.randn(64, 256, device="neuron", dtype=dtype)
+        loss = model(x).float().pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        x.double().std()  # float64: a fallback in both runs
+    return model
+
+
+def _report(dry: bool, train=None):
+    torch.neuron.empty_cache()  # the other run's cached blocks would count as reserved
+    with torch_neuronx.readiness(dry_run=dry) as r:
+        _train(**(train or {}))
+    return r
+
+
+def test_dry_run_equals_real_run_in_memory_ops_and_fallbacks():
+    real = _report(False)
+    dry = _report(True)
+    (mr,), (md,) = real.report.data["memory"], dry.report.data["memory"]
+    assert abs(md["peak_allocated"] - mr["peak_allocated"]) <= 0.05 * mr["peak_allocated"]
+    assert md["peak_reserved"] == pytest.approx(mr["peak_reserved"], rel=0.1)  # the cache: freed in another order
+    raw_r, raw_d = real.raw(), dry.raw()
+    assert sorted(map(tuple, raw_d["ops"][1])) == sorted(map(tuple, raw_r["ops"][1]))
+    strip = lambda fs: sorted((f["op"], f["dtype"], f["reason"], f["count"]) for f in fs)  # noqa: E731
+    assert strip(raw_d["fallbacks"]) == strip(raw_r["fallbacks"]) != []
+    assert dry.report.summary().startswith("torch-neuronx readiness (dry run):")
+    assert raw_r["dry_run"] is None and raw_d["dry_run"] is not None
+
+
+def test_breakdown_counts_parameters_gradients_and_optimizer_state_exactly():
+    r = _report(True, train={"dtype": torch.bfloat16})
+    n_params = 256 * 1024 + 1024 + 1024 * 256 + 256
+    (m,) = r.report.data["memory"]
+    b = m["breakdown"]
+    assert b["parameters"] == n_params * 2
+    assert b["gradients"] == n_params * 2
+    assert b["optimizer state"] == 2 * n_params * 2  # AdamW's exp_avg and exp_avg_sq (its steps are host tensors)
+    assert sum(b.values()) == m["top_tensors_at"]
+    assert {t["kind"] for t in m["top_tensors"]} >= {"parameters", "gradients"}
+
+
+def test_no_host_memory_behind_a_model_larger_than_this_machine():
+    with torch_neuronx.readiness(dry_run=True) as r:
+        w = torch.empty(40 << 30, dtype=torch.uint8)  # 40 GiB on the host: fake, nothing allocated
+        big = torch.empty(20 << 30, dtype=torch.uint8, device="neuron")
+        assert torch.neuron.memory_allocated() == 20 << 30  # the core's accounting is real
+        del big
+        assert torch.neuron.memory_allocated() == 0
+        assert w.shape == (40 << 30,)
+    assert r.report.data["memory"][0]["peak_allocated"] == 20 << 30
+
+
+def test_out_of_memory_where_the_device_raises_it():
+    with pytest.raises(torch.OutOfMemoryError, match="Neuron out of memory"):
+        with torch_neuronx.readiness(dry_run=True):
+            keep = [torch.empty(10 << 30, dtype=torch.uint8, device="neuron") for _ in range(3)]  # 30 of 24 GiB
+            del keep
+    assert torch.neuron.memory_allocated() == 0  # what the dry run reserved is released
+
+
+def test_value_reads_get_placeholders_and_are_listed_with_their_line():
+    with torch_neuronx.readiness(dry_run=True) as r:
+        loss = torch.randn(8, device="neuron").pow(2).mean()
+        value = loss.item()
+        finite = not (torch.isnan(loss) or torch.isinf(loss))  # the Trainer's check: assumed finite
+        counts = torch.tensor([3, 4, 5]).sum().item()  # a small host tensor keeps its value
+    assert value == 1.0 and finite and counts == 12
+    reads = r.report.data["dry_run"]["value_reads"]
+    assert [(v["kind"], v["placeholder"]) for v in reads] == [("float", 1.0)]
+    assert reads[0]["site"].startswith(f"{__file__}:")
+    assert r.report.data["dry_run"]["assumed"][0]["check"] == "finite"
+
+
+def test_branch_on_a_value_stops_at_its_line():
+    with pytest.raises(ValueUnknownError, match=r"control flow at .*test_dry_run.py:\d+"):
+        with torch_neuronx.readiness(dry_run=True):
+            loss = torch.randn(8, device="neuron").pow(2).mean()
+            if loss < 0.5:
+                pass
+
+
+def test_value_dependent_shape_stops_at_its_line():
+    with pytest.raises(ValueUnknownError, match=r"aten::nonzero at .*test_dry_run.py:\d+"):
+        with torch_neuronx.readiness(dry_run=True):
+            torch.nonzero(torch.randn(8, device="neuron") > 0)
+
+
+def test_header_only_checkpoint_loads_without_data(tmp_path):
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    config = LlamaConfig(
+        hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4, vocab_size=1000
+    )
+    total = torch_neuronx.readiness.header_only_checkpoint(config, str(tmp_path))
+    files = [p for p in tmp_path.iterdir() if p.suffix == ".safetensors"]
+    assert sum(os.stat(p).st_blocks * 512 for p in files) < total / 10  # a hole, not data
+    with torch_neuronx.readiness(dry_run=True) as r:
+        model = AutoModelForCausalLM.from_pretrained(str(tmp_path), dtype=torch.bfloat16).to("neuron")
+        n = sum(p.numel() for p in model.parameters())
+    assert n * 2 == total
+    assert r.report.data["memory"][0]["peak_allocated"] >= total
+
+
+WORKER = textwrap.dedent(
+    """
+    import os, torch, torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import parallelize_module, ColwiseParallel, RowwiseParallel
+    torch.neuron.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("neuron")
+    mesh = init_device_mesh("neuron", (dist.get_world_size() // 2, 2), mesh_dim_names=("dp", "tp"))
+    class MLP(torch.nn.Module):
+        def __init__(s):
+            super().__init__(); s.up = torch.nn.Linear(256, 1024); s.down = torch.nn.Linear(1024, 256)
+        def forward(s, x): return s.down(torch.relu(s.up(x)))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[MLP() for _ in range(3)]).to("neuron")
+    for m in model:
+        parallelize_module(m, mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()})
+        fully_shard(m, mesh=mesh["dp"])
+    fully_shard(model, mesh=mesh["dp"])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for step in range(3):
+        loss = model(torch.randn(8, 256, device="neuron")).pow(2).mean()
+        loss.backward(); opt.step(); opt.zero_grad()
+    dist.destroy_process_group()
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_torchrun_job_dry_run_has_every_rank_and_the_real_collectives(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(WORKER)
+    reports = {}
+    for mode in ("real", "dry"):
+        out = tmp_path / mode
+        cmd = [sys.executable, "-m", "torch_neuronx.cli", "check", "--out", str(out)]
+        cmd += ["--dry-run"] if mode == "dry" else []
+        cmd += ["--", "torchrun", "--standalone", "--nproc-per-node", "4", str(script)]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO)
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+        reports[mode] = json.loads((out / "report.json").read_text())
+    real, dry = reports["real"], reports["dry"]
+    assert sorted(r["rank"] for r in dry["memory_per_rank"]) == [0, 1, 2, 3]
+    assert dry["memory"][0]["label"] == "ranks 0-3"  # identical ranks: one class
+    key = lambda cs: sorted((c["kind"], c["dtype"], c["bytes"], c["group_size"]) for c in cs)  # noqa: E731
+    assert key(dry["collectives"]) == key(real["collectives"]) != []
+    assert dry["fallbacks"] == real["fallbacks"]
+    assert dry["dry_run"] is not None and real["dry_run"] is None
