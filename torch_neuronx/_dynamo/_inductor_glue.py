@@ -542,6 +542,28 @@ def compile_graph(
         return compile_fx(gm, example_inputs, inner_compile=inner_compile)
 
 
+def partition_without_codegen(gm, example_inputs):
+    """What compile_graph does up to code generation: AOTAutograd with Inductor's
+    decompositions and partitioner (so the same activations are saved for the backward),
+    then the forward and backward graphs run op by op. For the dry run, which has no data
+    for generated code to run on."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch._inductor.compile_fx import select_decomp_table
+
+    install()
+
+    def run_ops(g, _inputs):
+        return make_boxed_func(g.forward)
+
+    partition = functools.partial(min_cut_rematerialization_partition, compiler="inductor")
+    backend = aot_autograd(
+        fw_compiler=run_ops, bw_compiler=run_ops, decompositions=select_decomp_table(), partition_fn=partition
+    )
+    return backend(gm, example_inputs)
+
+
 _isa_verdicts: dict = {}  # cache_dir -> bool, for this process
 
 

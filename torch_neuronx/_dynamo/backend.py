@@ -215,6 +215,14 @@ def _compile(gm, example_inputs: list, opts: _Options, graph_name: str, names: l
     if cache.artifacts_enabled():
         cache.write_artifact(graph_name, "dynamo_graph.txt", gm.print_readable(print_output=False))
 
+    from ..readiness import _dryrun
+
+    if _dryrun.active() is not None:
+        # No data to run generated code on: partitioned as for Inductor, run op by op on fake tensors.
+        compiled = glue.partition_without_codegen(gm, example_inputs)
+        metrics.record_graph(graph_name, _shape_sig(example_inputs), 0.0, "dry run")
+        return _CopyIn(compiled, cpu_idx, device) if cpu_idx else compiled
+
     use_cache = cache.cache_enabled()
     discarded = cache.verify_entries()
     if discarded:

@@ -125,6 +125,11 @@ class _Mode(torch.utils._python_dispatch.TorchDispatchMode):
         super().__init__()
         self.dry = dry
 
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        # Lets Dynamo trace a compiled region (as in a real run); the graph then runs here.
+        return True
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is _aten._local_scalar_dense.default:
@@ -176,7 +181,7 @@ class DryRun:
         global _ACTIVE
         if _ACTIVE is not None:
             raise RuntimeError("a dry run is already in progress in this process")
-        from torch.nn.modules.module import register_module_forward_pre_hook
+        from torch.nn.modules.module import register_module_parameter_registration_hook
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
         self._fake = _fake.new_fake_mode()
@@ -186,7 +191,8 @@ class DryRun:
         self._resize.install()
         self._foreach.install()
         self._hooks = [
-            register_module_forward_pre_hook(lambda m, args: self._modules.add(m)),
+            # not a global forward hook: torch.compile(module) warns about those
+            register_module_parameter_registration_hook(lambda m, name, p: self._modules.add(m)),
             register_optimizer_step_pre_hook(lambda opt, args, kwargs: self._optimizers.add(opt)),
         ]
         _ACTIVE = self
