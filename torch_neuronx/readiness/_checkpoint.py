@@ -24,6 +24,7 @@ def header_only_checkpoint(config, path: str, dtype=None, shard_bytes: int = 5 <
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype or torch.bfloat16)
     os.makedirs(path, exist_ok=True)
+    config.architectures = [type(model).__name__]  # as save_pretrained of the model records it
     config.save_pretrained(path)
     shards, current, size = [], {}, 0
     for name, t in model.state_dict().items():

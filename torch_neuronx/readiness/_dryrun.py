@@ -97,6 +97,12 @@ def _user_frame():
     return f
 
 
+def _in_library(path: str) -> bool:
+    from ._collect import _SITE
+
+    return path.startswith(_SITE)
+
+
 def _site(f) -> str:
     return f"{f.f_code.co_filename}:{f.f_lineno} ({f.f_code.co_name})" if f is not None else "<no Python caller>"
 
@@ -137,11 +143,16 @@ class _Mode(torch.utils._python_dispatch.TorchDispatchMode):
                 return _fake.run_real(func, args, kwargs)  # a real host tensor has its value
             return self.dry._read_value(args[0])
         host = _fake.real_host_args(args, kwargs)
+        # Real inputs reach the fake mode only where they are small: it would compute on them.
+        args, kwargs = _fake.fakeify(self.dry._fake, args, kwargs, _REAL_HOST_BYTES if host else 0)
+        host = host and _fake.real_host_args(args, kwargs)
         try:
             out = func(*args, **kwargs)  # the fake run: shapes only
-        except _fake.DATA_DEPENDENT as e:
-            if host:  # real host inputs: the values are there
+        except Exception as e:
+            if host:  # real host inputs (pin_memory, nonzero of a host mask, ...): the values are there
                 return _fake.run_real(func, args, kwargs)
+            if not isinstance(e, _fake.DATA_DEPENDENT):
+                raise
             f = _user_frame()
             raise ValueUnknownError(
                 f"dry run: {func.name()} at {_site(f)} makes a tensor whose shape depends on tensor values, "
@@ -339,6 +350,11 @@ class DryRun:
             self.assumed[(_site(f), "finite", known)] += 1
             return known
         if _branches_on_value(f):
+            if f is not None and _in_library(f.f_code.co_filename):
+                # A library's own branch (TRL's metric logging: `x / n if n > 0 else 0.0`): taken as
+                # True and listed; a branch in the user's code stops the run instead.
+                self.reads[(_site(f), "bool (library branch)", True)] += 1
+                return True
             raise ValueUnknownError(
                 f"dry run: control flow at {_site(f)} depends on a tensor value ({t.dtype}, shape "
                 f"{list(t.shape)}), which a dry run does not compute. Run this script without --dry-run, "

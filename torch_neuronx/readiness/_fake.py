@@ -53,6 +53,28 @@ def real_host_args(args, kwargs) -> bool:
     return True
 
 
+def fakeify(mode: FakeTensorMode, args, kwargs, min_bytes: int = 0):
+    """(args, kwargs) with every real tensor of at least `min_bytes` replaced by its fake.
+
+    The fake mode runs some ops for real when no input is fake (it propagates constants
+    through arithmetic and copies); on a real host tensor that is large (weights a
+    checkpoint memory-maps) that computes, and reads, what a dry run must not. Converting
+    reads no data."""
+    from torch.utils._pytree import tree_map
+
+    def conv(a):
+        if (
+            isinstance(a, torch.Tensor)
+            and not isinstance(a, FakeTensor)
+            and not is_traceable_wrapper_subclass(a)
+            and a.numel() * a.element_size() >= min_bytes
+        ):
+            return mode.from_tensor(a)
+        return a
+
+    return tree_map(conv, args), tree_map(conv, kwargs)
+
+
 def small_host_result(out, limit: int) -> bool:
     """The (fake) results are host tensors of at most `limit` bytes in all."""
     from torch.utils._pytree import tree_leaves
