@@ -114,7 +114,7 @@ def run_case(name: str, work: str, steps: int, seq: int, workers: int) -> dict:
     script += ["--tp_size", str(tp), "--fsdp_size", str(fsdp), "--bf16", "true", "--dtype", "bfloat16"]
     script += ["--max_length", str(seq), "--per_device_train_batch_size", "1", "--max_steps", str(steps)]
     script += ["--activation_checkpointing", "true", "--output_dir", os.path.join(work, f"out-{name}")]
-    script += ["--logging_steps", "1", "--save_strategy", "no"]
+    script += ["--logging_steps", "1", "--save_strategy", "no", "--save_final", "false"]  # no data to save
     launcher = ["torchrun", "--nproc-per-node", str(world)] if world > 1 else [sys.executable]
     out = os.path.join(work, f"report-{name}")
     cmd = [sys.executable, "-m", "torch_neuronx.cli", "check", "--dry-run", "--instance", instance]

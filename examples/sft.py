@@ -35,6 +35,7 @@ class ExampleArguments:
         metadata={"help": "where the tiny base model and tokenizer are built when --model_name_or_path is not given"},
     )
     corpus: str = field(default=None, metadata={"help": "UTF-8 text file to train on (default: the shipped corpus)"})
+    save_final: bool = field(default=True, metadata={"help": "write the trained model to --output_dir at the end"})
 
 
 def _check_world_size(example_args) -> int:
@@ -117,8 +118,9 @@ def main():
         parser.error(str(e))
     trainer = build_trainer(example_args, training_args, model_args)
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)
-    trainer.accelerator.print(f"model saved to {training_args.output_dir} (device {trainer.args.device})")
+    if example_args.save_final:
+        trainer.save_model(training_args.output_dir)
+        trainer.accelerator.print(f"model saved to {training_args.output_dir} (device {trainer.args.device})")
     trainer.end()
 
 

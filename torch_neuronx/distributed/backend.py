@@ -36,14 +36,13 @@ def _create_backend(opts, backend_options=None):
 
     from ..readiness import _dryrun, _fake
 
-    if _dryrun.active() is not None:
-        return _fake.fake_process_group(opts)
-
     # Joining a neuron group initialises this process's device (as NCCL does
     # for CUDA). Device-less "neuron" indices resolve to the current device only
     # once the runtime is initialised: FakeTensor (DTensor's sharding
     # propagation) maps "neuron" to neuron:0 before that, and caches it.
     torch.neuron.init()
+    if _dryrun.active() is not None:
+        return _fake.fake_process_group(opts)
     timeout = opts.timeout
     if not isinstance(timeout, datetime.timedelta):
         timeout = datetime.timedelta(seconds=float(timeout))

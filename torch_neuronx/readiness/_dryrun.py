@@ -143,8 +143,8 @@ class _Mode(torch.utils._python_dispatch.TorchDispatchMode):
                 return _fake.run_real(func, args, kwargs)  # a real host tensor has its value
             return self.dry._read_value(args[0])
         host = _fake.real_host_args(args, kwargs)
-        # Real inputs reach the fake mode only where they are small: it would compute on them.
-        args, kwargs = _fake.fakeify(self.dry._fake, args, kwargs, _REAL_HOST_BYTES if host else 0)
+        # Large real inputs never reach the fake mode as they are: it would compute on them.
+        args, kwargs = _fake.fakeify(self.dry._fake, args, kwargs, _REAL_HOST_BYTES)
         host = host and _fake.real_host_args(args, kwargs)
         try:
             out = func(*args, **kwargs)  # the fake run: shapes only

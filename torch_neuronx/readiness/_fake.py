@@ -38,11 +38,19 @@ def new_fake_mode() -> FakeTensorMode:
     return FakeTensorMode(allow_non_fake_inputs=True)
 
 
+def _leaves(args, kwargs):
+    """The arguments of an op call, one level of lists/tuples deep (ATen's schemas go no deeper)."""
+    for seq in (args, kwargs.values()):
+        for a in seq:
+            if isinstance(a, (list, tuple)):
+                yield from a
+            else:
+                yield a
+
+
 def real_host_args(args, kwargs) -> bool:
     """No argument is fake and nothing names the neuron device: the op could run for real."""
-    from torch.utils._pytree import tree_leaves
-
-    for a in tree_leaves((args, kwargs)):
+    for a in _leaves(args, kwargs):
         if isinstance(a, torch.Tensor):
             if isinstance(a, FakeTensor) or is_traceable_wrapper_subclass(a) or a.device.type != "cpu":
                 return False
@@ -60,27 +68,30 @@ def fakeify(mode: FakeTensorMode, args, kwargs, min_bytes: int = 0):
     through arithmetic and copies); on a real host tensor that is large (weights a
     checkpoint memory-maps) that computes, and reads, what a dry run must not. Converting
     reads no data."""
-    from torch.utils._pytree import tree_map
 
-    def conv(a):
-        if (
+    def real(a) -> bool:
+        return (
             isinstance(a, torch.Tensor)
             and not isinstance(a, FakeTensor)
             and not is_traceable_wrapper_subclass(a)
             and a.numel() * a.element_size() >= min_bytes
-        ):
-            return mode.from_tensor(a)
-        return a
+        )
 
-    return tree_map(conv, args), tree_map(conv, kwargs)
+    if not any(real(a) for a in _leaves(args, kwargs)):
+        return args, kwargs  # the common case: nothing to convert, no copies
+
+    def conv(a):
+        if isinstance(a, (list, tuple)):
+            return type(a)(conv(b) for b in a)
+        return mode.from_tensor(a) if real(a) else a
+
+    return tuple(conv(a) for a in args), {k: conv(v) for k, v in kwargs.items()}
 
 
 def small_host_result(out, limit: int) -> bool:
     """The (fake) results are host tensors of at most `limit` bytes in all."""
-    from torch.utils._pytree import tree_leaves
-
     total = 0
-    for t in tree_leaves(out):
+    for t in out if isinstance(out, (list, tuple)) else (out,):
         if isinstance(t, torch.Tensor):
             if t.device.type != "cpu":
                 return False
