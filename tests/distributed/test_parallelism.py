@@ -53,3 +53,14 @@ def test_pipeline_uneven_splits_fail_clearly():
     # PyTorch splits a batch of 8 into microbatches of 3, 3, 2; the last stage's shapes were
     # inferred from the first microbatch, so its loss fails and the first stage times out.
     assert "Expected input batch_size (24) to match target batch_size (16)" in out, out
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [2, 4], ids=["2proc", "4proc"])
+def test_expert_parallel_moe_matches_single_core(nproc):
+    out = torchrun(nproc, "moe_worker.py", "grouped,loop,bad_experts")
+    _check_cases(out, ["grouped", "loop", "bad_experts"], nproc)
+    n = 3 if nproc == 2 else 6
+    assert f"{n} experts cannot be split evenly over {nproc} expert-parallel ranks" in out, out
+    assert "Split sizes doesn't match total dim 0 size" in out, out
