@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import worker_env
+from helpers import run_python, worker_env
 
 WORKERS = Path(__file__).parent / "workers"
 
@@ -64,3 +64,41 @@ def test_expert_parallel_moe_matches_single_core(nproc):
     n = 3 if nproc == 2 else 6
     assert f"{n} experts cannot be split evenly over {nproc} expert-parallel ranks" in out, out
     assert "Split sizes doesn't match total dim 0 size" in out, out
+
+
+CP_CASES = ["causal", "full", "causal:alltoall", "full:alltoall", "causal:bfloat16", "mask", "cpu_mesh"]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [2, 4], ids=["2proc", "4proc"])
+def test_context_parallel_sdpa_matches_single_core(nproc):
+    out = torchrun(nproc, "cp_worker.py", ",".join(CP_CASES))
+    _check_cases(out, CP_CASES, nproc)
+    assert "context parallelism (ring attention) does not support attn_mask" in out, out
+
+
+def test_context_parallel_hook_loads_lazily_and_only_acts_inside_context_parallel():
+    code = """
+import sys
+import torch
+CP = "torch.distributed.tensor.experimental._context_parallel._attention"
+assert CP not in sys.modules, "import torch loaded context parallelism"
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.experimental._context_parallel import _attention, _sharding_rules
+aten = torch.ops.aten
+ops = [aten._scaled_dot_product_flash_attention_for_cpu.default,
+       aten._scaled_dot_product_flash_attention_for_cpu_backward.default]
+assert all(op in _attention.custom_ops for op in ops)
+handlers = lambda: DTensor._op_dispatcher._custom_op_handlers
+strategies = lambda: DTensor._op_dispatcher.sharding_propagator.op_strategy_funcs
+assert not any(op in handlers() or op in strategies() for op in ops)
+_attention._enable_cp_dtensor_dispatcher()
+assert all(op in handlers() and op in strategies() for op in ops)
+_attention._disable_cp_dtensor_dispatcher()
+assert not any(op in handlers() or op in strategies() for op in ops)
+assert _attention.__spec__.loader.get_source(CP)  # the module keeps its own loader
+print("OK")
+"""
+    p = run_python(code, env=worker_env())
+    assert p.returncode == 0 and p.stdout.strip() == "OK", p.stdout + p.stderr
