@@ -66,7 +66,17 @@ def test_expert_parallel_moe_matches_single_core(nproc):
     assert "Split sizes doesn't match total dim 0 size" in out, out
 
 
-CP_CASES = ["causal", "full", "causal:alltoall", "full:alltoall", "causal:bfloat16", "mask", "cpu_mesh"]
+CP_CASES = [
+    "causal",
+    "full",
+    "causal:alltoall",
+    "full:alltoall",
+    "causal:bfloat16",
+    "causal:gqa",
+    "full:gqa",
+    "mask",
+    "cpu_mesh",
+]
 
 
 @pytest.mark.multiprocess

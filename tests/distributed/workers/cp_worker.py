@@ -3,10 +3,11 @@ around F.scaled_dot_product_attention (ring attention over the sequence), checke
 the same attention on one core (outputs and the gradients of q, k, v).
 
 Usage (under torchrun): cp_worker.py CASE[,CASE...]
-A case is MASK[:ROTATE][:DTYPE]: MASK is causal (with PyTorch's head-tail load balancing) or
-full (no mask, no load balancing); ROTATE allgather (default) or alltoall; DTYPE float32
-(default) or bfloat16. Or "mask" (an attn_mask, which ring attention does not take), or "cpu_mesh" (PyTorch's
-behaviour on CPU meshes, unchanged).
+A case is MASK[:OPTION...]: MASK is causal (with PyTorch's head-tail load balancing) or full
+(no mask, no load balancing); options: alltoall (rotate k/v with all_to_all instead of the
+default all_gather), bfloat16 (instead of float32), gqa (half as many key/value heads,
+enable_gqa=True). Or "mask" (an attn_mask, which ring attention does not take), or
+"cpu_mesh" (PyTorch's behaviour on CPU meshes, unchanged).
 Prints "CASE <case> OK <max diff>" per case on every rank.
 """
 
@@ -38,10 +39,13 @@ def run_case(case, mesh, dev):
     causal = mask == "causal"
     rotate = next((o for o in opts if o in ("allgather", "alltoall")), "allgather")
     dtype = torch.bfloat16 if "bfloat16" in opts else torch.float32
+    gqa = "gqa" in opts
     q, k, v, dout = inputs(dtype, dev)
+    if gqa:  # grouped-query attention: half as many key/value heads
+        k, v = k[:, : HEADS // 2].contiguous(), v[:, : HEADS // 2].contiguous()
 
     ref_q, ref_k, ref_v = (t.clone().requires_grad_() for t in (q, k, v))
-    ref = F.scaled_dot_product_attention(ref_q, ref_k, ref_v, is_causal=causal)
+    ref = F.scaled_dot_product_attention(ref_q, ref_k, ref_v, is_causal=causal, enable_gqa=gqa)
     ref.backward(dout)
 
     set_rotate_method(rotate)
@@ -53,7 +57,7 @@ def run_case(case, mesh, dev):
             t.requires_grad_()
         assert cp_q.shape[2] == SEQ // mesh.size(), cp_q.shape
         assert _cp_options.enable_load_balance == causal  # context_parallel chose the head-tail layout
-        out = F.scaled_dot_product_attention(cp_q, cp_k, cp_v, is_causal=causal)
+        out = F.scaled_dot_product_attention(cp_q, cp_k, cp_v, is_causal=causal, enable_gqa=gqa)
         out.backward(cp_dout)
         grads = [t.grad for t in (cp_q, cp_k, cp_v)]
         for t in (cp_q, cp_k, cp_v):
