@@ -27,7 +27,13 @@ def torchrun(nproc, script, *args, timeout=600):
 
 PP_SCHEDULES = ["GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"]
 # Manual splits of every schedule, pipeline() tracing, and compiled stages.
-PP_CASES = PP_SCHEDULES + ["GPipe:traced", "1F1B:traced", "1F1B:compile"]
+PP_CASES = PP_SCHEDULES + [
+    "GPipe:traced",
+    "1F1B:traced",
+    "1F1B:compile",
+    "Interleaved1F1B:compile",
+    "ZBVZeroBubble:compile",
+]
 
 
 def _check_cases(out, cases, nproc):
