@@ -16,78 +16,14 @@ import sys
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn.functional as dist_fn
-import torch.nn as nn
-import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+from examples.moe import MoE  # noqa: E402  (the layer users would write; also the example's)
 
 DIM, HIDDEN, EXPERTS, TOP_K, TOKENS = 32, 48, 8, 2, 24
 # The same per-token arithmetic in a different grouping of rows; gradients of the expert
 # weights sum the tokens in another order.
 RTOL, ATOL = 1e-5, 1e-6
-
-
-class MoE(nn.Module):
-    """Top-k routed SwiGLU experts; with `group`, this rank holds experts
-    [rank * E / world, (rank + 1) * E / world) and exchanges tokens with the others."""
-
-    def __init__(self, dim, hidden, num_experts, top_k, group=None, grouped=True):
-        super().__init__()
-        self.group = group
-        self.world = dist.get_world_size(group) if group is not None else 1
-        if num_experts % self.world:
-            raise ValueError(
-                f"{num_experts} experts cannot be split evenly over {self.world} expert-parallel ranks; "
-                f"use a number of experts that is a multiple of {self.world}, or fewer ranks"
-            )
-        self.num_experts, self.top_k, self.grouped = num_experts, top_k, grouped
-        self.local = num_experts // self.world
-        self.router = nn.Linear(dim, num_experts, bias=False)
-        self.w1 = nn.Parameter(torch.randn(self.local, hidden, dim) / dim**0.5)  # gate
-        self.w3 = nn.Parameter(torch.randn(self.local, hidden, dim) / dim**0.5)  # up
-        self.w2 = nn.Parameter(torch.randn(self.local, dim, hidden) / hidden**0.5)  # down
-
-    def experts(self, h, counts):
-        """Rows of `h` grouped by local expert, `counts[e]` rows for expert e."""
-        if self.grouped:
-            offs = counts.cumsum(0).to(torch.int32)
-            # _grouped_mm multiplies by (E, K, N) matrices: the transposes of the stored weights.
-            g = torch._grouped_mm(h, self.w1.transpose(-2, -1), offs=offs)
-            u = torch._grouped_mm(h, self.w3.transpose(-2, -1), offs=offs)
-            return torch._grouped_mm(F.silu(g) * u, self.w2.transpose(-2, -1), offs=offs)
-        outs = []
-        for e, part in enumerate(h.split(counts.tolist())):
-            outs.append((F.silu(part @ self.w1[e].T) * (part @ self.w3[e].T)) @ self.w2[e].T)
-        return torch.cat(outs)
-
-    def forward(self, x):
-        probs = F.softmax(self.router(x), dim=-1, dtype=torch.float32)
-        weights, chosen = probs.topk(self.top_k, dim=-1)
-        weights = (weights / weights.sum(-1, keepdim=True)).to(x.dtype)
-        flat = chosen.flatten()
-        order = flat.argsort(stable=True)  # token copies sorted by expert
-        tokens = x.repeat_interleave(self.top_k, dim=0)[order]
-        counts = torch.bincount(flat, minlength=self.num_experts)
-        if self.world == 1:
-            out = self.experts(tokens, counts)
-        else:
-            # How many token copies each rank sends to each of this rank's experts.
-            recv_counts = torch.empty_like(counts)
-            dist.all_to_all_single(recv_counts, counts, group=self.group)
-            send_splits = counts.view(self.world, self.local).sum(1).tolist()
-            recv_splits = recv_counts.view(self.world, self.local).sum(1).tolist()
-            self.last_send_splits = send_splits
-            recv = torch.empty(sum(recv_splits), x.shape[-1], device=x.device, dtype=x.dtype)
-            recv = dist_fn.all_to_all_single(recv, tokens, recv_splits, send_splits, group=self.group)
-            # Received rows are ordered by source rank, then expert: regroup them by expert.
-            expert_of_row = torch.arange(self.local, device=x.device).repeat(self.world)
-            expert_of_row = expert_of_row.repeat_interleave(recv_counts)
-            by_expert = expert_of_row.argsort(stable=True)
-            out = self.experts(recv[by_expert], recv_counts.view(self.world, self.local).sum(0))
-            out = out[by_expert.argsort()]
-            back = torch.empty_like(tokens)
-            out = dist_fn.all_to_all_single(back, out, send_splits, recv_splits, group=self.group)
-        out = out[order.argsort()].view(x.shape[0], self.top_k, -1)
-        return (out * weights[..., None]).sum(1)
 
 
 def shard_state(full, rank, local):
