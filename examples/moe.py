@@ -18,7 +18,7 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn.functional as dist_fn
+import torch.distributed._functional_collectives as funcol
 import torch.nn.functional as F
 from torch import nn
 
@@ -73,16 +73,14 @@ class MoE(nn.Module):
             send_splits = counts.view(self.world, self.local).sum(1).tolist()
             recv_splits = recv_counts.view(self.world, self.local).sum(1).tolist()
             self.last_send_splits = send_splits
-            recv = torch.empty(sum(recv_splits), x.shape[-1], device=x.device, dtype=x.dtype)
-            recv = dist_fn.all_to_all_single(recv, tokens, recv_splits, send_splits, group=self.group)
+            recv = funcol.all_to_all_single_autograd(tokens, recv_splits, send_splits, self.group)
             # Received rows are ordered by source rank, then expert: regroup them by expert.
             expert_of_row = torch.arange(self.local, device=x.device).repeat(self.world)
             expert_of_row = expert_of_row.repeat_interleave(recv_counts)
             by_expert = expert_of_row.argsort(stable=True)
             out = self.experts(recv[by_expert], recv_counts.view(self.world, self.local).sum(0))
             out = out[by_expert.argsort()]
-            back = torch.empty_like(tokens)
-            out = dist_fn.all_to_all_single(back, out, send_splits, recv_splits, group=self.group)
+            out = funcol.all_to_all_single_autograd(out, send_splits, recv_splits, self.group)
         out = out[order.argsort()].view(x.shape[0], self.top_k, -1)
         return (out * weights[..., None]).sum(1)
 
@@ -109,12 +107,14 @@ def main():
     g = torch.Generator().manual_seed(1)
     x_all = torch.randn(world * args.tokens, args.dim, generator=g).to(dev)
     tokens = slice(rank * args.tokens, (rank + 1) * args.tokens)  # this rank's tokens
-    x = x_all[tokens].clone().requires_grad_()
-    start = time.perf_counter()
-    y = ep(x)
-    y.square().mean().div(world).backward()  # this rank's share of the mean over all tokens
-    dist.all_reduce(ep.router.weight.grad)  # the router is replicated
-    elapsed = time.perf_counter() - start
+    for _ in range(2):  # timed the second time: the first call sets up the functional collectives
+        ep.zero_grad()
+        x = x_all[tokens].clone().requires_grad_()
+        start = time.perf_counter()
+        y = ep(x)
+        y.square().mean().div(world).backward()  # this rank's share of the mean over all tokens
+        dist.all_reduce(ep.router.weight.grad)  # the router is replicated
+        elapsed = time.perf_counter() - start
 
     x_ref = x_all.clone().requires_grad_()
     y_ref = full(x_ref)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import sys
+import warnings
 
 import torch
 
@@ -182,7 +183,15 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
 
         def exec_and_install(module):
             exec_module(module)
-            _install(module)
+            try:
+                _install(module)
+            except (AttributeError, ImportError) as e:
+                # Never break the import of PyTorch's module: CP keeps PyTorch's behaviour.
+                warnings.warn(
+                    f"torch-neuronx: context parallelism for SDPA on neuron is not available with this torch "
+                    f"({torch.__version__}; torch-neuronx supports 2.13): {e}",
+                    stacklevel=2,
+                )
             if self in sys.meta_path:
                 sys.meta_path.remove(self)
 

@@ -74,10 +74,12 @@ def bad_experts(rank, world, dev):
     else:
         raise AssertionError(f"{n} experts accepted on {world} ranks")
     assert f"{n} experts cannot be split evenly over {world} expert-parallel ranks" in msg, msg
-    # What PyTorch itself checks: split sizes that do not add up to the tensor's rows.
+    # What PyTorch itself checks: split sizes that do not add up to the tensor's rows. On a
+    # group of its own: gloo's next barrier on a group may re-raise a failed collective's error.
+    group = dist.new_group()
     try:
         dist.all_to_all_single(
-            torch.empty(4, device=dev), torch.ones(4, device=dev), [1] * world, [3] + [0] * (world - 1)
+            torch.empty(4, device=dev), torch.ones(4, device=dev), [1] * world, [3] + [0] * (world - 1), group=group
         )
     except (RuntimeError, ValueError) as e:
         torch_msg = f"{type(e).__name__}: {e}".splitlines()[0]
