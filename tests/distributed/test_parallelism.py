@@ -80,6 +80,8 @@ CP_CASES = [
     "causal:bfloat16",
     "causal:gqa",
     "full:gqa",
+    "causal:module",
+    "full:module:alltoall",
     "mask",
     "cpu_mesh",
 ]

@@ -6,8 +6,9 @@ Usage (under torchrun): cp_worker.py CASE[,CASE...]
 A case is MASK[:OPTION...]: MASK is causal (with PyTorch's head-tail load balancing) or full
 (no mask, no load balancing); options: alltoall (rotate k/v with all_to_all instead of the
 default all_gather), bfloat16 (instead of float32), gqa (half as many key/value heads,
-enable_gqa=True). Or "mask" (an attn_mask, which ring attention does not take), or
-"cpu_mesh" (PyTorch's behaviour on CPU meshes, unchanged).
+enable_gqa=True), module (the module API: _ContextParallel and _context_parallel_shard).
+Or "mask" (an attn_mask, which ring attention does not take), or "cpu_mesh" (PyTorch's
+behaviour on CPU meshes, unchanged).
 Prints "CASE <case> OK <max diff>" per case on every rank.
 """
 
@@ -21,7 +22,17 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.experimental import context_parallel
-from torch.distributed.tensor.experimental._attention import _cp_options, context_parallel_unshard, set_rotate_method
+from torch.distributed.tensor.experimental._attention import (
+    _context_parallel_shard,
+    _ContextParallel,
+    _cp_options,
+    _disable_context_parallel_dispatcher,
+    _enable_context_parallel_dispatcher,
+    _HeadTailLoadBalancer,
+    context_parallel_unshard,
+    set_rotate_method,
+)
+from torch.distributed.tensor.parallel import parallelize_module
 
 BATCH, HEADS, SEQ, HEAD_DIM = 2, 4, 32, 16
 # Ring attention merges per-block results through their logsumexp (in float32): the same
@@ -49,6 +60,9 @@ def run_case(case, mesh, dev):
     ref.backward(dout)
 
     set_rotate_method(rotate)
+    if "module" in opts:
+        full = module_wrapper(mesh, causal, gqa, q, k, v, dout)
+        return compare(case, full, (ref, ref_q.grad, ref_k.grad, ref_v.grad), dtype)
     # Head-tail load balancing applies to causal attention only (PyTorch refuses it otherwise).
     _cp_options.enable_load_balance = causal
     cp_q, cp_k, cp_v, cp_dout = (t.clone() for t in (q, k, v, dout))
@@ -64,12 +78,39 @@ def run_case(case, mesh, dev):
             t.requires_grad_(False)
         # Unshard inside the context: it undoes the load-balanced order context_parallel chose.
         full = context_parallel_unshard(mesh, [out.detach(), *grads], [2, 2, 2, 2])
+    return compare(case, full, (ref, ref_q.grad, ref_k.grad, ref_v.grad), dtype)
+
+
+def compare(case, got, want, dtype):
     rtol, atol = TOL[dtype]
     worst = 0.0
-    for name, a, b in zip(("output", "dq", "dk", "dv"), full, (ref, ref_q.grad, ref_k.grad, ref_v.grad)):
+    for name, a, b in zip(("output", "dq", "dk", "dv"), got, want):
         worst = max(worst, (a.float() - b.float()).abs().max().item())
         torch.testing.assert_close(a.cpu(), b.detach().cpu(), rtol=rtol, atol=atol, msg=f"{case}: {name}")
     return worst
+
+
+class SDPA(torch.nn.Module):
+    def forward(self, q, k, v, is_causal=False, enable_gqa=False):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, enable_gqa=enable_gqa)
+
+
+def module_wrapper(mesh, causal, gqa, q, k, v, dout):
+    """The module API (what torchtitan uses): _ContextParallel on the attention module, buffers
+    sharded by _context_parallel_shard with an explicit load balancer."""
+    attn = parallelize_module(
+        SDPA(), mesh, _ContextParallel(seq_dim=2, attention_type=_ContextParallel.AttentionType.SDPA)
+    )
+    lb = _HeadTailLoadBalancer(SEQ, mesh.size(), q.device) if causal else None
+    cp_q, cp_k, cp_v, cp_dout = _context_parallel_shard(mesh, [q, k, v, dout], [2, 2, 2, 2], load_balancer=lb)
+    cp_q, cp_k, cp_v = (t.requires_grad_() for t in (cp_q, cp_k, cp_v))
+    _enable_context_parallel_dispatcher()
+    try:
+        out = attn(cp_q, cp_k, cp_v, is_causal=causal, enable_gqa=gqa)
+        out.backward(cp_dout)
+    finally:
+        _disable_context_parallel_dispatcher()
+    return context_parallel_unshard(mesh, [out.detach(), cp_q.grad, cp_k.grad, cp_v.grad], [2, 2, 2, 2], lb)
 
 
 def attn_mask_case(mesh, dev):
