@@ -51,6 +51,13 @@ def test_pipeline_schedules_match_single_core(nproc):
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
+def test_pipeline_x_fsdp_2d_mesh_matches_single_core():
+    out = torchrun(4, "pipeline_worker.py", "1F1B:fsdp,GPipe:fsdp")
+    _check_cases(out, ["1F1B:fsdp", "GPipe:fsdp"], 4)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
 def test_pipeline_uneven_splits_fail_clearly():
     out = torchrun(2, "pipeline_worker.py", "bad_split")
     _check_cases(out, ["bad_split"], 2)

@@ -2,8 +2,9 @@
 single-core run of the same seeded model and data.
 
 Usage (under torchrun): pipeline_worker.py CASE[,CASE...]
-A case is SCHEDULE[:manual|:traced][:compile], e.g. GPipe, 1F1B:traced, Interleaved1F1B,
-ZBVZeroBubble:manual:compile; or "bad_split" (what an uneven split does).
+A case is SCHEDULE[:traced][:compile], e.g. GPipe, 1F1B:traced, Interleaved1F1B,
+ZBVZeroBubble:compile (manual splits unless traced); GPipe:fsdp or 1F1B:fsdp (4 ranks: 2
+stages x FSDP2 over 2 ranks); or "bad_split" (what an uneven split does).
 Prints "CASE <case> OK <max grad diff>" per case on every rank.
 """
 
@@ -188,6 +189,49 @@ def run_case(case, rank, world, dev, ref_losses, ref_grads):
     return worst
 
 
+def run_pp_fsdp(name, rank, world, dev, ref_losses, ref_grads):
+    """A 2-D mesh (as torchtitan builds it): 2 pipeline stages, each sharded with FSDP2 over
+    2 data-parallel ranks that take half of the batch each."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    assert world == 4, "pp_fsdp needs 4 processes"
+    mesh = init_device_mesh("neuron", (2, 2), mesh_dim_names=("dp", "pp"))
+    dp, pp_mesh = mesh["dp"], mesh["pp"]
+    stage_idx, num_stages = pp_mesh.get_local_rank(), 2
+    mod = split_manual(make_model(), stage_idx, num_stages).to(dev)
+    for block in mod.layers.values():
+        fully_shard(block, mesh=dp)
+    fully_shard(mod, mesh=dp)
+    stage = pp.PipelineStage(mod, stage_idx, num_stages, dev, group=pp_mesh.get_group())
+    n_micro = 2
+    schedule = SINGLE[name](stage, n_microbatches=n_micro, loss_fn=loss_fn)
+    opt = torch.optim.SGD(mod.parameters(), lr=0.1)
+    x, y = data()
+    per = BATCH // dp.size()
+    mine = slice(dp.get_local_rank() * per, (dp.get_local_rank() + 1) * per)
+    worst = 0.0
+    for step in range(STEPS):
+        losses = []
+        if stage_idx == 0:
+            schedule.step(x[mine].to(dev))
+        else:
+            schedule.step(target=y[mine].to(dev), losses=losses)
+            loss = torch.stack([t.detach() for t in losses]).mean()
+            dist.all_reduce(loss, op=dist.ReduceOp.AVG, group=dp.get_group())
+            assert abs(loss.item() - ref_losses[step]) <= ATOL + RTOL * abs(
+                ref_losses[step]
+            ), f"pp_fsdp step {step}: loss {loss.item()} != single-core {ref_losses[step]}"
+        for k, p in mod.named_parameters():
+            g = p.grad.full_tensor()
+            ref = ref_grads[step][k]
+            worst = max(worst, (g - ref).abs().max().item())
+            torch.testing.assert_close(g.cpu(), ref.cpu(), rtol=RTOL, atol=ATOL, msg=f"pp_fsdp step {step} {k}")
+        opt.step()
+        opt.zero_grad()
+    return worst
+
+
 def bad_split(rank, world, dev):
     """What uneven splits do: layers that do not divide into the stages (this file's split
     raises), fewer microbatches than stages (PyTorch raises), and a batch that does not divide
@@ -241,7 +285,10 @@ def main():
             bad_split(rank, world, dev)
             print(f"rank {rank}: CASE bad_split OK", flush=True)
             continue
-        worst = run_case(case, rank, world, dev, ref_losses, ref_grads)
+        if case.endswith(":fsdp"):
+            worst = run_pp_fsdp(case.split(":")[0], rank, world, dev, ref_losses, ref_grads)
+        else:
+            worst = run_case(case, rank, world, dev, ref_losses, ref_grads)
         dist.barrier()
         print(f"rank {rank}: CASE {case} OK {worst:.2e}", flush=True)
     dist.barrier()
