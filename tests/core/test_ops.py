@@ -147,6 +147,23 @@ def test_sdpa_mask_requiring_grad_uses_math_like_cpu():
     same(qn.grad, q.grad)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_grouped_mm_forward_and_backward_equal_cpu(dtype):
+    # What mixture-of-experts layers run their experts with; an empty group included.
+    a = torch.randn(10, 8, dtype=dtype, requires_grad=True)
+    b = torch.randn(3, 16, 8, dtype=dtype).transpose(-2, -1).requires_grad_()
+    offs = torch.tensor([4, 4, 10], dtype=torch.int32)
+    w = torch.randn(10, 16, dtype=dtype)
+    an, bn = (t.detach().to("neuron").requires_grad_() for t in (a, b))
+    out = torch._grouped_mm(an, bn, offs=offs.to("neuron"))
+    (out * w.to("neuron")).sum().backward()
+    ref = torch._grouped_mm(a, b, offs=offs)
+    (ref * w).sum().backward()
+    same(out, ref.detach())
+    same(an.grad, a.grad)
+    same(bn.grad, b.grad)
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int16, torch.uint8])
 def test_integer_histc_matches_bincount(dtype):
     torch.manual_seed(0)

@@ -110,6 +110,9 @@ def register_backend() -> None:
         dist.ProcessGroupGloo.perform_nocolor_split = _perform_nocolor_split
     if dist.is_available():
         _install_coalescing(dist.ProcessGroup)
+        from .context_parallel import install_hook
+
+        install_hook()  # ring attention for neuron's SDPA, once PyTorch's CP module loads
     if dist.is_available() and BACKEND_NAME.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=DEVICES)
     _registered = True
