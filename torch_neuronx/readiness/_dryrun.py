@@ -24,7 +24,6 @@ import collections
 import dis
 import heapq
 import sys
-import threading
 import weakref
 
 import torch
@@ -171,7 +170,6 @@ class DryRun:
     def __init__(self):
         self.reads: collections.Counter = collections.Counter()  # (site, kind, placeholder) -> reads
         self.assumed: collections.Counter = collections.Counter()  # (site, check, value) -> reads
-        self.weights_absent: list = []  # checkpoints loaded without weight files
         self._live: dict = {}  # storage key -> [nbytes, shape, dtype, op, core, token, collective]
         self._refs: dict = {}  # storage key -> weakref to the storage
         self._known: dict = {}  # id(bool tensor) -> (weakref, its assumed value); no __eq__ on tensors
@@ -179,13 +177,11 @@ class DryRun:
         self._optimizers: weakref.WeakSet = weakref.WeakSet()
         self._snap: dict = {}  # core -> snapshot at the highest usage seen
         self._allocated: dict = collections.defaultdict(int)
-        self._lock = threading.Lock()
         self._fake = None
         self._mode = None
         self._resize = _fake.StorageResizeTap(self._on_resize)
         self._foreach = _fake.ForeachTap()
         self._hooks = []
-        self._op = threading.local()
 
     # -- lifecycle ---------------------------------------------------------------
     def start(self) -> None:
@@ -220,10 +216,6 @@ class DryRun:
             self._fake.__exit__(None, None, None)
             self._mode = None
         _ACTIVE = None
-
-    def add_module(self, module) -> None:
-        """Let the breakdown know a module (its parameters count as parameters)."""
-        self._modules.add(module)
 
     # -- accounting --------------------------------------------------------------
     def _after_op(self, func, args, out) -> None:
@@ -372,5 +364,4 @@ class DryRun:
                 {"site": s, "kind": k, "placeholder": v, "count": n} for (s, k, v), n in self.reads.most_common()
             ],
             "assumed": [{"site": s, "check": c, "value": v, "count": n} for (s, c, v), n in self.assumed.most_common()],
-            "weights_absent": list(self.weights_absent),
         }

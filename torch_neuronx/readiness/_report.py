@@ -275,10 +275,6 @@ def _dry_run(d) -> list:
         "real shape, dtype and device and no memory behind it; the device allocator counted every "
         "storage as a real run allocates it. What it cannot know:\n\n" + "\n".join(f"- {c}" for c in CANNOT_KNOW)
     )
-    if dr["weights_absent"]:
-        text += "\n\nLoaded without weight files (shapes from the config): " + ", ".join(
-            f"`{w}`" for w in dr["weights_absent"]
-        )
     out = [("Dry run", text, None, None)]
     rows = [[v["site"], v["kind"], v["placeholder"], v["count"]] for v in dr["value_reads"]]
     rows += [[a["site"], f"{a['check']} check", a["value"], a["count"]] for a in dr["assumed"]]
@@ -635,7 +631,6 @@ def _merge_dry_run(raws) -> dict | None:
     return {
         "value_reads": dry[0]["value_reads"],
         "assumed": dry[0]["assumed"],
-        "weights_absent": sorted({w for x in dry for w in x["weights_absent"]}),
     }
 
 
