@@ -38,6 +38,8 @@ ASSUMPTIONS = (
     "latencies), each rank's ring bandwidth the chip's NeuronLink bandwidth shared by its "
     "logical cores.",
     "Ops on host (CPU) tensors are not timed. Engines do not overlap one op with the next.",
+    "A chip for which AWS publishes no figure the model needs (trn1: the DMA fixed cost) is not "
+    "estimated; its line says which figure is missing.",
 )
 
 _RAMP_AVG = (1 + hw.TENSOR_ENGINE_RAMP_START) / 2
