@@ -3,10 +3,11 @@ HBM per core), the NKI rules and cost model, and the readiness estimates read.
 
 Pure Python with no torch import, so `import nki` works without torch.
 
-Sources: AWS Neuron documentation (aws-neuron-sdk, 2026): the Trainium2 / Trainium3
-architecture pages and "Trainium2 Architecture Guide for NKI" (engine clocks, per-core
-Tensor Engine rates, SBUF/PSUM, DMA engines), the Trn2 / Trn3 instance pages
-(NeuronLink, EFA). Where AWS's own figures disagree (8 x 79 = 632 vs the 667 TFLOPS chip
+Sources: AWS Neuron documentation (aws-neuron-sdk, 2026): the Trainium / Trainium2 /
+Trainium3 architecture pages, the NeuronCore-v2 page, "Trainium/Inferentia2 Architecture
+Guide for NKI" and "Trainium2 Architecture Guide for NKI" (engine clocks, per-core Tensor
+Engine rates, SBUF/PSUM, DMA engines), "Introduction to DMA with NKI" (DMA engines per
+core and their bandwidth), the Trn1 / Trn2 / Trn3 instance pages (NeuronLink, EFA). Where AWS's own figures disagree (8 x 79 = 632 vs the 667 TFLOPS chip
 figure; HBM 2.9 vs 3 TB/s on trn2), the per-core figure and the chip HBM figure of the
 architecture page are used. Figures AWS does not publish are None: code that needs one
 must say it is missing rather than guess.
@@ -81,7 +82,15 @@ def _flops(**by_dtype):
 
 CHIPS = MappingProxyType(
     {
-        # Trainium1: 2 NeuronCore-v2, 190 TFLOPS BF16 and 47.5 FP32 per chip, 32 GiB at 820 GB/s.
+        # Trainium1 (Trainium architecture page): 2 NeuronCore-v2, 190 TFLOPS BF16/FP16/TF32
+        # and 47.5 FP32 per chip, 32 GiB HBM at 820 GB/s; the per-core rates are half of
+        # those (the NKI guide's 92 / 23 TFLOPS per core is ~3% lower: the chip figure is
+        # used, as for trn2). NeuronCore-v2 page: Vector Engine 2.3 TFLOPS FP32, Scalar
+        # Engine 2.9 TFLOPS FP32. NKI guide: Tensor 2.8 GHz, Vector 1.12 GHz, Scalar and
+        # GpSimd 1.4 GHz. "Introduction to DMA with NKI": 16 DMA engines per core, 27.2 GB/s
+        # each. Trn1 instance page: NeuronLink-v2 384 GiB/s per chip on trn1.32xlarge (768 on
+        # trn1n.32xlarge: an Instance override). AWS publishes no fixed cost of a DMA
+        # transfer on NeuronCore-v2, so the readiness estimate has none for trn1.
         "trn1": Chip(
             name="trn1",
             nc_version="v2",
@@ -91,12 +100,12 @@ CHIPS = MappingProxyType(
             hbm_bytes=32 * GiB,
             hbm_bytes_per_s=820e9,
             tensor_flops=_flops(bfloat16=95.0, float16=95.0, tf32=95.0, float32=23.75),
-            vector_flops=None,
-            scalar_flops=None,
-            tensor_hz=None,
-            vector_hz=None,
-            scalar_hz=None,
-            gpsimd_hz=None,
+            vector_flops=2.3e12,
+            scalar_flops=2.9e12,
+            tensor_hz=2.8e9,
+            vector_hz=1.12e9,
+            scalar_hz=1.4e9,
+            gpsimd_hz=1.4e9,
             vector_width_fp32=None,
             vector_width_16bit=None,
             sbuf_bytes=24 * MiB,
@@ -107,9 +116,9 @@ CHIPS = MappingProxyType(
             gemm_moving_fmax=512,
             psum_out_dtypes=("float32",),
             dma_engines=16,
-            dma_bytes_per_s_per_engine=None,
+            dma_bytes_per_s_per_engine=27.2e9,
             dma_fixed_s=None,
-            neuronlink_bytes_per_s=None,
+            neuronlink_bytes_per_s=384 * GiB,
         ),  # fmt: skip
         # Trainium2: 8 NeuronCore-v3; per core 79 TFLOPS BF16/FP16/TF32, 158 FP8, 20 FP32;
         # Tensor 2.4 GHz, Vector 0.96 GHz, Scalar 1.2 GHz, GpSimd 1.2 GHz; 16 DMA engines of
@@ -187,6 +196,8 @@ class Instance:
     chip: str  # key of CHIPS
     chips: int
     efa_bytes_per_s: float | None  # per instance, between instances
+    # NeuronLink per chip where the instance differs from its chip's figure (trn1n doubles trn1's).
+    neuronlink_bytes_per_s: float | None = None
 
     @property
     def spec(self) -> Chip:
@@ -199,7 +210,7 @@ INSTANCES = MappingProxyType(
         for i in (
             Instance("trn1.2xlarge", "trn1", 1, None),
             Instance("trn1.32xlarge", "trn1", 16, 800e9 / 8),
-            Instance("trn1n.32xlarge", "trn1", 16, 1600e9 / 8),
+            Instance("trn1n.32xlarge", "trn1", 16, 1600e9 / 8, neuronlink_bytes_per_s=768 * GiB),
             Instance("trn2.3xlarge", "trn2", 1, None),
             Instance("trn2.48xlarge", "trn2", 16, 3200e9 / 8),
             Instance("trn2u.48xlarge", "trn2", 16, 3200e9 / 8),

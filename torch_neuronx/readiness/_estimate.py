@@ -38,6 +38,8 @@ ASSUMPTIONS = (
     "latencies), each rank's ring bandwidth the chip's NeuronLink bandwidth shared by its "
     "logical cores.",
     "Ops on host (CPU) tensors are not timed. Engines do not overlap one op with the next.",
+    "A chip for which AWS publishes no figure the model needs (trn1: the DMA fixed cost) is not "
+    "estimated; its line says which figure is missing.",
 )
 
 _RAMP_AVG = (1 + hw.TENSOR_ENGINE_RAMP_START) / 2
@@ -57,17 +59,29 @@ def _breakdown_entry(op: str, dtype: str) -> dict:
     }
 
 
-def core_figures(chip: str, lnc: int) -> dict:
-    """The per-logical-core figures the model uses (and prints)."""
+class MissingFigure(ValueError):
+    """AWS publishes no figure the model needs for a chip: there is no estimate for it."""
+
+
+_FIGURE_NAMES = {
+    "vector_flops": "Vector Engine FLOP/s",
+    "dma_bytes_per_s": "DMA bandwidth",
+    "dma_fixed_s": "DMA fixed-cost",
+    "neuronlink_bytes_per_s": "NeuronLink bandwidth",
+}
+
+
+def core_figures(chip: str, lnc: int, instance: str | None = None) -> dict:
+    """The per-logical-core figures the model uses (and prints); `instance` may override NeuronLink."""
     spec = hw.CHIPS[chip]
     if lnc not in spec.lnc_allowed:
         raise ValueError(f"{chip} supports LNC={spec.lnc_allowed}, not LNC={lnc}")
     core = spec.per_core(lnc)
-    missing = [k for k in ("vector_flops", "dma_bytes_per_s") if core[k] is None]
-    if missing or spec.dma_fixed_s is None or spec.neuronlink_bytes_per_s is None:
-        raise ValueError(
-            f"AWS publishes no {', '.join(missing) or 'DMA/NeuronLink'} figure for {chip}: " "no estimate for it"
-        )
+    link = (hw.INSTANCES[instance].neuronlink_bytes_per_s if instance else None) or spec.neuronlink_bytes_per_s
+    have = {**core, "dma_fixed_s": spec.dma_fixed_s, "neuronlink_bytes_per_s": link}
+    missing = [name for key, name in _FIGURE_NAMES.items() if have[key] is None]
+    if missing:
+        raise MissingFigure(f"no estimate for {chip}: AWS publishes no {' or '.join(missing)} figure for it")
     return {
         "chip": chip,
         "lnc": lnc,
@@ -75,7 +89,7 @@ def core_figures(chip: str, lnc: int) -> dict:
         "vector_flops": core["vector_flops"],
         "memory_bytes_per_s": min(core["hbm_bytes_per_s"], core["dma_bytes_per_s"]),
         "dma_fixed_s": spec.dma_fixed_s,
-        "link_bytes_per_s": spec.neuronlink_bytes_per_s / (spec.physical_cores // lnc),
+        "link_bytes_per_s": link / (spec.physical_cores // lnc),
         "collective_step_latency_s": hw.COLLECTIVE_STEP_LATENCY_S,
     }
 
@@ -143,40 +157,107 @@ def collective_time(fig: dict, name: str, nbytes: int, size: int) -> tuple:
     return lat + bw, lat, bw
 
 
-def estimate(raws: list, chip: str, lnc: int, fp32_precision: str = "highest") -> dict:
-    """Estimate of the recorded ranks' run on `chip` at `lnc`.
+def estimate(raws: list, chip: str, lnc: int, fp32_precision: str = "highest", instance: str | None = None) -> dict:
+    """Estimate of the recorded ranks' run on `chip` at `lnc` (on `instance`, for its NeuronLink).
 
     The step time is the slowest rank's (data-parallel ranks wait for each other);
     with detected steps, the median step (the first one also builds the model).
+    Without a figure the model needs, the entry holds `missing` (why) and no times.
     """
-    fig = core_figures(chip, lnc)
+    try:
+        fig = core_figures(chip, lnc, instance)
+    except MissingFigure as e:
+        return {"chip": chip, "lnc": lnc, "instance": instance, "missing": str(e)}
     per_rank = [_rank_estimate(r, fig, fp32_precision) for r in raws]
     slowest = max(per_rank, key=lambda e: e["step_seconds"])
-    return {"chip": chip, "lnc": lnc, "figures": fig, **slowest}
+    out = {"chip": chip, "lnc": lnc, "instance": instance, "missing": None, "figures": fig, **slowest}
+    out.update(_utilisation(per_rank, slowest["step_seconds"], fig, fp32_precision))
+    return out
 
 
-def _rank_estimate(raw: dict, fig: dict, prec: str) -> dict:
-    n_steps = raw["steps"]
-    parts = raw.get("graph_parts", {})
-    graph_seconds = {g: sum(op_time(fig, *p, prec)[0] for p in ps) for g, ps in parts.items()}
-    buckets = list(zip(raw["ops"], raw["collectives"], raw.get("graphs") or [[]] * len(raw["ops"])))
-    step_buckets = buckets[:n_steps] if n_steps else buckets
+def _utilisation(per_rank: list, seconds: float, fig: dict, prec: str) -> dict:
+    """MFU: every rank's matmul-like FLOPs in the step over what all ranks' cores could do in
+    `seconds` at the dense peak of the dtype that has most of those FLOPs."""
+    flops: dict = {}
+    for r in per_rank:
+        for dtype, f in r["tensor_flops"].items():
+            flops[dtype] = flops.get(dtype, 0) + f
+    total = sum(flops.values())
+    if not total or not seconds:
+        return {"model_flops": total, "mfu_dtype": None, "peak_flops": None, "mfu": None}
+    dtype = max(flops, key=flops.get)
+    peak = _tensor_rate(fig, dtype, prec) * len(per_rank)
+    return {"model_flops": total, "mfu_dtype": dtype, "peak_flops": peak, "mfu": total / (seconds * peak)}
+
+
+def _bucket_seconds(raw: dict, fig: dict, prec: str, graph_seconds: dict) -> list:
+    """Estimated seconds of each bucket: one per optimizer step (every forward/backward pass
+    since the previous step, so with gradient accumulation all its micro-batches), then the
+    ops after the last step."""
+    buckets = zip(raw["ops"], raw["collectives"], raw.get("graphs") or [[]] * len(raw["ops"]))
     seconds = []
     for ops, colls, graphs in buckets:
         t = sum(op_time(fig, k, d, f, b, o, prec)[0] * n for _, d, k, f, b, o, n in ops)
         t += sum(collective_time(fig, name, b, s)[0] * n for name, _, b, s, n in colls)
         t += sum(graph_seconds[g] * n for g, n in graphs)
         seconds.append(t)
+    return seconds
+
+
+def _rank_estimate(raw: dict, fig: dict, prec: str) -> dict:
+    n_steps = raw["steps"]
+    parts = raw.get("graph_parts", {})
+    graph_seconds = {g: sum(op_time(fig, *p, prec)[0] for p in ps) for g, ps in parts.items()}
+    seconds = _bucket_seconds(raw, fig, prec, graph_seconds)
+    buckets = list(zip(raw["ops"], raw["collectives"], raw.get("graphs") or [[]] * len(raw["ops"])))
     if n_steps:
         step_seconds = statistics.median(seconds[:n_steps])
         # the breakdown is of the median step
         i = min(range(n_steps), key=lambda j: abs(seconds[j] - step_seconds))
-        scope = [step_buckets[i]]
+        scope = [buckets[i]]
     else:
         step_seconds = sum(seconds)
-        scope = step_buckets
+        scope = buckets
+    terms, by_op, tensor_flops = _breakdown(scope, parts, fig, prec)
+    total = sum(terms.values()) or 1.0
+    shares = {
+        "compute": terms["compute"] / total,
+        "memory": terms["memory"] / total,
+        "fixed": terms["fixed"] / total,
+        "collectives": (terms["collective latency"] + terms["collective bandwidth"]) / total,
+    }
+    return {
+        "rank": raw["rank"],
+        "step_seconds": step_seconds,
+        "bucket_seconds": seconds,
+        "per_step": bool(n_steps),
+        "terms": terms,
+        "term_shares": {k: v / total for k, v in terms.items()},
+        "shares": shares,
+        "dominant": max(terms, key=terms.get),
+        "tensor_flops": tensor_flops,
+        "ops": sorted(by_op.values(), key=lambda e: -e["seconds"]),
+    }
+
+
+def _add_call(terms: dict, e: dict, t: float, p: dict, flops: int, nbytes: int, n: int) -> bool:
+    """Count `n` calls of one op (time `t`, parts `p`) in the terms and its breakdown row `e`;
+    True when compute-bound."""
+    terms["fixed"] += p["fixed"] * n
+    compute_bound = p["compute"] >= p["memory"]
+    terms["compute" if compute_bound else "memory"] += max(p["compute"], p["memory"]) * n
+    e["flops"] += flops * n
+    e["bytes"] += nbytes * n
+    e["seconds"] += t * n
+    e["fixed_seconds"] += p["fixed"] * n
+    return compute_bound
+
+
+def _breakdown(scope: list, parts: dict, fig: dict, prec: str) -> tuple:
+    """(terms, per-op rows, matmul-like FLOPs by dtype) of the buckets in `scope`."""
     terms = {"fixed": 0.0, "compute": 0.0, "memory": 0.0, "collective latency": 0.0, "collective bandwidth": 0.0}
     by_op: dict = {}
+    tensor_flops: dict = {}
     for ops, colls, graphs in scope:
         for g, n in graphs:
             ps = parts[g]
@@ -185,29 +266,21 @@ def _rank_estimate(raw: dict, fig: dict, prec: str) -> dict:
             compute = memory = 0.0
             for k, d, f, b, o in ps:
                 t, p = op_time(fig, k, d, f, b, o, prec)
-                terms["fixed"] += p["fixed"] * n
-                bound = "compute" if p["compute"] >= p["memory"] else "memory"
-                terms[bound] += max(p["compute"], p["memory"]) * n
+                # Tensor Engine FLOPs only, as for ops: a fused kernel's count is of vector operations
+                _add_call(terms, e, t, p, f if k == "tensor" else 0, b, n)
                 compute, memory = compute + p["compute"], memory + p["memory"]
-                e["flops"] += (f if k == "tensor" else 0) * n  # Tensor Engine FLOPs, as for ops
-                e["bytes"] += b * n
-                e["seconds"] += t * n
-                e["fixed_seconds"] += p["fixed"] * n
+                if k == "tensor":
+                    tensor_flops[d] = tensor_flops.get(d, 0) + f * n
             e["compute_bound_calls"] += n if compute >= memory else 0
         for name, d, k, f, b, o, n in ops:
-            t, parts = op_time(fig, k, d, f, b, o, prec)
             if k == "view":
                 continue
-            terms["fixed"] += parts["fixed"] * n
-            bound = "compute" if parts["compute"] >= parts["memory"] else "memory"
-            terms[bound] += max(parts["compute"], parts["memory"]) * n
+            t, p = op_time(fig, k, d, f, b, o, prec)
             e = by_op.setdefault((name, d), _breakdown_entry(name, d))
             e["count"] += n
-            e["flops"] += f * n
-            e["bytes"] += b * n
-            e["seconds"] += t * n
-            e["fixed_seconds"] += parts["fixed"] * n
-            e["compute_bound_calls"] += n if bound == "compute" else 0
+            e["compute_bound_calls"] += n if _add_call(terms, e, t, p, f, b, n) else 0
+            if k == "tensor":
+                tensor_flops[d] = tensor_flops.get(d, 0) + f * n
         for name, d, b, s, n in colls:
             t, lat, bw = collective_time(fig, name, b, s)
             terms["collective latency"] += lat * n
@@ -216,14 +289,4 @@ def _rank_estimate(raw: dict, fig: dict, prec: str) -> dict:
             e["count"] += n
             e["bytes"] += b * n
             e["seconds"] += t * n
-    total = sum(terms.values()) or 1.0
-    return {
-        "rank": raw["rank"],
-        "step_seconds": step_seconds,
-        "bucket_seconds": seconds,
-        "per_step": bool(n_steps),
-        "terms": terms,
-        "term_shares": {k: v / total for k, v in terms.items()},
-        "dominant": max(terms, key=terms.get),
-        "ops": sorted(by_op.values(), key=lambda e: -e["seconds"]),
-    }
+    return terms, by_op, tensor_flops

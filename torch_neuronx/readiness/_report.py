@@ -13,6 +13,7 @@ import warnings
 from .. import _hardware as hw
 from . import _estimate
 
+# Chips estimated besides the target instance's own, which comes first.
 _CHIPS_ESTIMATED = ("trn2", "trn3")
 
 
@@ -55,7 +56,9 @@ class Report:
         if not raws:
             raise ValueError("no rank wrote a recording: the script did not start")
         inst = hw.instance(instance or raws[0]["instance_type"])
-        lnc = int(lnc or raws[0]["lnc"])
+        # The simulator's LNC stands unless the target cannot run it (trn1 has LNC=1 only).
+        recorded = int(raws[0]["lnc"])
+        lnc = int(lnc or (recorded if recorded in inst.spec.lnc_allowed else inst.spec.lnc_default))
         if lnc not in inst.spec.lnc_allowed:
             raise ValueError(f"{inst.name} supports LNC={inst.spec.lnc_allowed}, not LNC={lnc}")
         if capacity is not None and capacity <= 0:
@@ -81,10 +84,7 @@ class Report:
         d["fit"] = _fit(d["memory"], cap)
         d["collectives"] = _collectives(raws)
         prec = raws[0].get("fp32_precision", "highest")
-        d["estimates"] = [
-            _estimate.estimate(raws, c, lnc if lnc in hw.CHIPS[c].lnc_allowed else hw.CHIPS[c].lnc_default, prec)
-            for c in _CHIPS_ESTIMATED
-        ]
+        d["estimates"] = _chip_estimates(raws, inst, lnc, prec)
         d["assumptions"] = list(_estimate.ASSUMPTIONS)
         d["verdict"] = _verdict(d)
         self.data = d
@@ -128,11 +128,7 @@ class Report:
             n = sum(v["count"] for v in d["dry_run"]["value_reads"])
             lines.append(f"  dry run          no data; {n} value read(s) got placeholders (listed in the report)")
         for e in d["estimates"]:
-            unit = "per step" if e["per_step"] else "whole run"
-            lines.append(
-                f"  est. {e['chip']} LNC={e['lnc']}  {_fmt_s(e['step_seconds'])} {unit}; "
-                f"dominated by {e['dominant']} ({e['term_shares'][e['dominant']]:.0%})"
-            )
+            lines.append(f"  est. {_est_label(e):<34} {_est_line(e)}")
         return "\n".join(lines)
 
     def _sections(self) -> list:
@@ -207,10 +203,11 @@ class Report:
         if not _plots.available():
             _warn_no_pictures()
             return {}
-        return {
-            "Memory over time": _plots.memory_png(self.data["memory"], self.data["capacity_per_core"]),
-            "Estimated time per op": _plots.ops_png(self.data["estimates"]),
-        }
+        out = {"Memory over time": _plots.memory_png(self.data["memory"], self.data["capacity_per_core"])}
+        timed = [e for e in self.data["estimates"] if not e["missing"]]
+        if timed:
+            out["Estimated time per op"] = _plots.ops_png(timed)
+        return out
 
     def save(self, directory: str) -> dict:
         """Write report.json, report.md, report.html and the PNGs (when matplotlib is installed); return their paths."""
@@ -454,21 +451,33 @@ def _collective_section(d) -> list:
 
 def _estimates(d) -> list:
     """Estimated time, per-op breakdown and the model's assumptions."""
-    out = []
     rows = []
     for e in d["estimates"]:
-        shares = ", ".join(f"{k} {v:.0%}" for k, v in e["term_shares"].items() if v >= 0.005)
-        rows.append([e["chip"], e["lnc"], _fmt_s(e["step_seconds"]), e["dominant"], shares])
-    scope = "median optimizer step" if d["estimates"][0]["per_step"] else "whole run (no optimizer step seen)"
-    out.append(
+        where = [e["instance"] + (" (target)" if e["target"] else ""), e["chip"], e["lnc"]]
+        if e["missing"]:
+            rows.append(where + [e["missing"]] + ["-"] * 6)
+            continue
+        shares = [f"{e['shares'][k]:.0%}" for k in _SHARES]
+        rows.append(where + [_fmt_s(e["step_seconds"]), _fmt_mfu(e)] + shares + [e["dominant"]])
+    ests = [e for e in d["estimates"] if not e["missing"]]
+    scope = "whole run (no optimizer step seen)" if ests and not ests[0]["per_step"] else "median optimizer step"
+    out = [
         (
             "Estimated time on Trainium",
-            f"Per {scope}, slowest rank.",
-            ["chip", "LNC", "time", "dominated by", "terms"],
+            f"Per {scope}, slowest rank; the target instance first. MFU: the step's matmul-like FLOPs over "
+            "all ranks' Tensor Engine dense peak for their main dtype in that time. The shares split the "
+            "step's time between the model's terms.",
+            ["instance", "chip", "LNC", "time", "MFU"] + list(_SHARES) + ["dominated by"],
             rows,
         )
-    )
-    ests = d["estimates"]
+    ]
+    if ests:
+        out += _breakdown_sections(d, ests)
+    return out
+
+
+def _breakdown_sections(d, ests) -> list:
+    """The per-op breakdown and the figures and assumptions behind the estimates in `ests`."""
     keyed = [{(o["op"], o["dtype"]): o for o in e["ops"]} for e in ests]
     rows = []
     for o in ests[0]["ops"][:20]:
@@ -482,14 +491,14 @@ def _estimates(d) -> list:
                 else ("fixed" if o["fixed_seconds"] * 2 >= o["seconds"] else "memory")
             ]
         )
-    out.append(
+    out = [
         (
             "Per-op breakdown",
             f"Top {len(rows)} ops by estimated time on {ests[0]['chip']}.",
             ["op", "dtype", "calls", "FLOPs", "bytes"] + [f"{e['chip']}" for e in ests] + ["bound"],
             rows,
         )
-    )
+    ]
     fig = ests[0]["figures"]
     figs = ", ".join(
         f"{e['chip']}: Tensor Engine {e['figures']['tensor_flops']['bfloat16'] / 1e12:.0f} TFLOPS bf16, "
@@ -506,6 +515,46 @@ def _estimates(d) -> list:
             None,
         )
     )
+    return out
+
+
+_SHARES = ("compute", "memory", "fixed", "collectives")
+
+
+def _fmt_mfu(e) -> str:
+    return "-" if e["mfu"] is None else f"{e['mfu']:.1%} ({e['mfu_dtype']})"
+
+
+def _est_label(e) -> str:
+    return f"{e['instance']} {e['chip']} LNC={e['lnc']}" + (" (target)" if e["target"] else "")
+
+
+def _est_line(e) -> str:
+    """One estimate in the summary: time, MFU and the terms' shares, largest first."""
+    if e["missing"]:
+        return e["missing"]
+    unit = "per step" if e["per_step"] else "whole run"
+    shares = ", ".join(f"{k} {v:.0%}" for k, v in sorted(e["shares"].items(), key=lambda kv: -kv[1]))
+    mfu = "MFU -" if e["mfu"] is None else f"MFU {e['mfu']:.1%}"
+    return f"{_fmt_s(e['step_seconds'])} {unit}, {mfu}; {shares}"
+
+
+def _counterpart(inst, chip: str) -> str:
+    """The instance of `chip` shaped like `inst` (as many chips), else its first one."""
+    same_chip = [i for i in hw.INSTANCES.values() if i.chip == chip]
+    return next((i.name for i in same_chip if i.chips == inst.chips), same_chip[0].name)
+
+
+def _chip_estimates(raws, inst, lnc, prec) -> list:
+    """The target instance's chip first, at the target LNC; then the other chips, each on its
+    instance shaped like the target, at the same LNC where the chip allows it."""
+    out = []
+    for chip in [inst.chip] + [c for c in _CHIPS_ESTIMATED if c != inst.chip]:
+        target = chip == inst.chip
+        allowed = hw.CHIPS[chip].lnc_allowed
+        n = lnc if target or lnc in allowed else hw.CHIPS[chip].lnc_default
+        name = inst.name if target else _counterpart(inst, chip)
+        out.append({**_estimate.estimate(raws, chip, n, prec, instance=name), "target": target})
     return out
 
 

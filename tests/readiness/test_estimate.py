@@ -1,0 +1,161 @@
+"""The readiness time estimate: which chips it is for, what one step counts, MFU and time shares,
+each checked against values computed here from the published figures."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import torch_neuronx
+from helpers import worker_env
+from torch_neuronx import _hardware as hw
+from torch_neuronx.readiness import _estimate
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def _est_lines(summary: str) -> list:
+    return [line.strip() for line in summary.splitlines() if line.strip().startswith("est. ")]
+
+
+# -- which chips ------------------------------------------------------------------
+def test_trn1_target_is_estimated_first_and_says_which_figure_aws_does_not_publish():
+    a = torch.randn(64, 64, device="neuron")
+    with torch_neuronx.readiness(instance="trn1.32xlarge") as r:
+        a @ a
+    d = r.report.data
+    assert d["lnc"] == 1  # trn1 has no LNC=2: the target's own LNC, not the simulator's
+    first, *others = d["estimates"]
+    assert (first["instance"], first["chip"], first["lnc"], first["target"]) == ("trn1.32xlarge", "trn1", 1, True)
+    assert first["missing"] == "no estimate for trn1: AWS publishes no DMA fixed-cost figure for it"
+    # the others on the instances shaped like the target (16 chips)
+    assert [(e["instance"], e["target"]) for e in others] == [("trn2.48xlarge", False), ("trn3.48xlarge", False)]
+    assert all(e["step_seconds"] > 0 for e in others)
+    lines = _est_lines(r.report.summary())
+    assert lines[0].startswith("est. trn1.32xlarge trn1 LNC=1 (target)") and lines[0].endswith(first["missing"])
+    assert lines[1].startswith("est. trn2.48xlarge trn2 LNC=1 ") and "MFU" in lines[1]
+    md = r.report.to_markdown()
+    table = md[md.index("## Estimated time on Trainium") :].splitlines()
+    rows = [t for t in table if t.startswith("| trn")]
+    assert rows[0].startswith("| trn1.32xlarge (target) | trn1 | 1 | no estimate for trn1")
+    # the breakdown has a column per chip with an estimate
+    header = next(t for t in md[md.index("## Per-op breakdown") :].splitlines() if t.startswith("| op |"))
+    assert header.endswith("| trn2 | trn3 | bound |")
+
+
+def test_check_cli_trn1_instance_line_comes_first(tmp_path):
+    out = tmp_path / "report"
+    p = subprocess.run(
+        [sys.executable, "-m", "torch_neuronx.cli", "check", "--instance", "trn1.32xlarge", "--out", str(out)]
+        + ["--", sys.executable, str(SCRIPTS / "plain.py")],
+        env=worker_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = _est_lines(p.stdout)
+    assert [line.split()[1] for line in lines] == ["trn1.32xlarge", "trn2.48xlarge", "trn3.48xlarge"]
+    assert "(target)" in lines[0] and "AWS publishes no DMA fixed-cost figure" in lines[0]
+    data = json.loads((out / "report.json").read_text())
+    assert [e["chip"] for e in data["estimates"]] == ["trn1", "trn2", "trn3"]
+
+
+def test_default_target_trn2_then_trn3_only():
+    with torch_neuronx.readiness() as r:
+        torch.ones(8, device="neuron").sum()
+    assert [(e["chip"], e["instance"], e["target"]) for e in r.report.data["estimates"]] == [
+        ("trn2", "trn2.3xlarge", True),
+        ("trn3", "trn3.3xlarge", False),
+    ]
+
+
+def test_missing_figure_is_a_value_error_naming_it_and_trn1n_has_its_own_neuronlink(monkeypatch):
+    with pytest.raises(_estimate.MissingFigure, match="no estimate for trn1: AWS publishes no DMA fixed-cost"):
+        _estimate.core_figures("trn1", 1)
+    assert issubclass(_estimate.MissingFigure, ValueError)
+    # With the one missing figure supplied, trn1 is estimated like the others, and the
+    # instance picks the NeuronLink bandwidth (trn1n.32xlarge doubles trn1.32xlarge's).
+    trn1 = dataclasses.replace(hw.CHIPS["trn1"], dma_fixed_s=1.3e-6)
+    monkeypatch.setattr(hw, "CHIPS", {**hw.CHIPS, "trn1": trn1})
+    gib = 1 << 30
+    assert _estimate.core_figures("trn1", 1, "trn1.32xlarge")["link_bytes_per_s"] == 384 * gib / 2
+    assert _estimate.core_figures("trn1", 1, "trn1n.32xlarge")["link_bytes_per_s"] == 768 * gib / 2
+    fig = _estimate.core_figures("trn1", 1)
+    # the core's share of 820 GB/s HBM is below its 16 DMA engines x 27.2 GB/s
+    assert fig["memory_bytes_per_s"] == 820e9 / 2 and fig["tensor_flops"]["bfloat16"] == 95e12
+
+
+# -- what a step counts -------------------------------------------------------------
+def test_gradient_accumulation_step_is_its_micro_batches_plus_one_optimizer_step():
+    # Without autograd, so that every micro-batch runs the same ops (autograd's first
+    # backward of a step hands its gradient over, the later ones add to it).
+    w = torch.nn.Parameter(torch.randn(128, 128, device="neuron"))
+    w.grad = torch.ones_like(w)
+    opt = torch.optim.SGD([w], lr=0.1)
+    x = torch.randn(64, 128, device="neuron")
+
+    def micro_batch():
+        with torch.no_grad():
+            (x @ w).relu().sum()
+
+    with torch_neuronx.readiness() as alone:
+        micro_batch()
+    with torch_neuronx.readiness() as optimizer_only:
+        opt.step()
+    with torch_neuronx.readiness() as accumulated:
+        for _ in range(3):
+            for _ in range(4):
+                micro_batch()
+            opt.step()
+    assert accumulated.report.data["steps"] == 3
+    for m, o, a in zip(*(r.report.data["estimates"] for r in (alone, optimizer_only, accumulated))):
+        assert not m["per_step"] and o["per_step"] and a["per_step"]
+        assert a["step_seconds"] == pytest.approx(4 * m["step_seconds"] + o["step_seconds"], rel=1e-9)
+        mm = next(op for op in a["ops"] if op["op"] == "aten::mm")
+        assert mm["count"] == 4 and mm["flops"] == 4 * 2 * 64 * 128 * 128
+
+
+# -- MFU and shares -------------------------------------------------------------------
+def test_mfu_is_matmul_flops_over_time_times_peak_of_the_main_dtype():
+    n, k = 512, 64
+    a = torch.randn(n, n, device="neuron", dtype=torch.bfloat16)
+    b = torch.randn(k, k, device="neuron")
+    with torch_neuronx.readiness(instance="trn2.3xlarge") as r:
+        a @ a
+        a @ a
+        b @ b  # float32: counted as model FLOPs; bfloat16 has most of them and sets the peak
+    flops = 2 * 2 * n**3 + 2 * k**3
+    for est in r.report.data["estimates"]:
+        peak = hw.CHIPS[est["chip"]].tensor_flops["bfloat16"] * est["lnc"]  # one rank, one logical core
+        assert est["model_flops"] == flops and est["mfu_dtype"] == "bfloat16"
+        assert est["mfu"] == pytest.approx(flops / (est["step_seconds"] * peak), rel=1e-12)
+        assert 0 < est["mfu"] < 1
+    line = _est_lines(r.report.summary())[0]
+    assert f"MFU {r.report.data['estimates'][0]['mfu']:.1%}" in line
+
+
+def test_time_shares_sum_to_one_in_data_json_and_tables(tmp_path):
+    model = torch.nn.Linear(256, 256).to("neuron")
+    opt = torch.optim.AdamW(model.parameters())
+    x = torch.randn(32, 256, device="neuron")
+    with torch_neuronx.readiness(out=str(tmp_path)) as r:
+        for _ in range(3):
+            model(x).relu().sum().backward()
+            opt.step()
+            opt.zero_grad()
+    saved = json.loads((tmp_path / "report.json").read_text())["estimates"]
+    for est, js in zip(r.report.data["estimates"], saved):
+        assert set(est["shares"]) == {"compute", "memory", "fixed", "collectives"}
+        assert sum(est["shares"].values()) == pytest.approx(1.0)
+        assert js["shares"] == pytest.approx(est["shares"]) and js["mfu"] == pytest.approx(est["mfu"])
+        terms = est["terms"]
+        assert est["shares"]["fixed"] == pytest.approx(terms["fixed"] / sum(terms.values()))
+    md = (tmp_path / "report.md").read_text()
+    assert "| instance | chip | LNC | time | MFU | compute | memory | fixed | collectives | dominated by |" in md
+    html = (tmp_path / "report.html").read_text()
+    assert "<th>MFU</th>" in html and "<th>collectives</th>" in html
