@@ -227,9 +227,15 @@ DEFAULT_INSTANCE = "trn2.3xlarge"
 
 def instance(name: str | None = None) -> Instance:
     """The instance `name`, or the one TORCH_NEURONX_INSTANCE_TYPE selects."""
-    from . import _settings
+    import sys
 
-    name = name or _settings.get("TORCH_NEURONX_INSTANCE_TYPE") or DEFAULT_INSTANCE
+    # NKI without torch loads this file and the registry on their own (nki/_hwtable.py): a
+    # relative import would import the torch_neuronx package, and with it torch.
+    settings = sys.modules.get("torch_neuronx._settings")
+    if settings is None:
+        from . import _settings as settings
+
+    name = name or settings.get("TORCH_NEURONX_INSTANCE_TYPE") or DEFAULT_INSTANCE
     try:
         return INSTANCES[name]
     except KeyError:

@@ -9,10 +9,9 @@ on one physical core).
 
 from dataclasses import dataclass
 
-from .. import _settings
 from . import _dtypes as dt
 from ._errors import NKIBufferError, NKIDtypeError, NKIPartitionError, NKIShapeError, NKITileSizeError, _fail
-from ._hwtable import hardware_table
+from ._hwtable import hardware_table, settings
 
 # Chips the NKI simulator models (NeuronCore-v3 and v4). trn1 (NeuronCore-v2) differs
 # in SBUF size, engine clocks and instruction set, none of which is simulated.
@@ -136,7 +135,7 @@ def get_hardware(target=None):
         name = _HW.chip().name
         if name not in HARDWARE:
             raise NotImplementedError(
-                f"TORCH_NEURONX_INSTANCE_TYPE={_settings.raw('TORCH_NEURONX_INSTANCE_TYPE')!r} "
+                f"TORCH_NEURONX_INSTANCE_TYPE={settings().raw('TORCH_NEURONX_INSTANCE_TYPE')!r} "
                 f"selects a {name} chip (NeuronCore-{_HW.CHIPS[name].nc_version}); the NKI "
                 f"simulator models {' and '.join(NKI_CHIPS)} only: choose a trn2 or trn3 "
                 f"instance type, or pass platform_target='trn2'"
