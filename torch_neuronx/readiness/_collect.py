@@ -88,16 +88,25 @@ def _is_machinery(path: str) -> bool:
     )
 
 
-def _user_site() -> str:
-    """The innermost caller outside torch, torch_neuronx and the standard library."""
+def _user_frame():
+    """The innermost frame outside torch, torch_neuronx and the standard library, or None."""
     f = sys._getframe(1)
-    while f is not None:
-        path = f.f_code.co_filename
-        if not _is_machinery(path):
-            return f"{path}:{f.f_lineno} ({f.f_code.co_name})"
+    while f is not None and _is_machinery(f.f_code.co_filename):
         f = f.f_back
+    return f
+
+
+def _frame_site(f) -> str:
+    """``path:line (function)`` of a frame from :func:`_user_frame`."""
+    if f is not None:
+        return f"{f.f_code.co_filename}:{f.f_lineno} ({f.f_code.co_name})"
     # Autograd runs backward ops on its device thread, with no Python caller.
     return "autograd backward" if threading.current_thread() is not threading.main_thread() else "<no Python caller>"
+
+
+def _user_site() -> str:
+    """The innermost caller outside torch, torch_neuronx and the standard library."""
+    return _frame_site(_user_frame())
 
 
 def _tensors(args, out: list) -> list:

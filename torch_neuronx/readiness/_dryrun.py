@@ -23,13 +23,14 @@ from __future__ import annotations
 import collections
 import dis
 import heapq
-import sys
 import weakref
 
 import torch
 
 from .. import _C
 from . import _fake
+from ._collect import _SITE, _user_frame
+from ._collect import _frame_site as _site
 
 _aten = torch.ops.aten
 _PEAK_STEP = 1.02  # re-take the snapshot of live storages when usage grows by 2%
@@ -87,23 +88,8 @@ class ValueUnknownError(RuntimeError):
     """Control flow depends on a tensor value, which a dry run does not have."""
 
 
-def _user_frame():
-    from ._collect import _is_machinery
-
-    f = sys._getframe(2)
-    while f is not None and _is_machinery(f.f_code.co_filename):
-        f = f.f_back
-    return f
-
-
 def _in_library(path: str) -> bool:
-    from ._collect import _SITE
-
     return path.startswith(_SITE)
-
-
-def _site(f) -> str:
-    return f"{f.f_code.co_filename}:{f.f_lineno} ({f.f_code.co_name})" if f is not None else "<no Python caller>"
 
 
 def _branches_on_value(f) -> bool:
@@ -254,9 +240,7 @@ class DryRun:
         self._live[key] = [nbytes, tuple(t.shape), str(t.dtype).replace("torch.", ""), op, core, token, collective]
         self._refs[key] = weakref.ref(st, lambda _r, key=key: self._release(key))
         self._allocated[core] += nbytes
-        snap = self._snap.get(core)
-        if snap is None or self._allocated[core] > snap["at"] * _PEAK_STEP:
-            self._snap[core] = self._snapshot(core)
+        self._note_growth(core)
 
     def _release(self, key) -> None:
         entry = self._live.pop(key, None)
@@ -278,6 +262,10 @@ class DryRun:
             _C._release(entry[5])
         self._allocated[core] += nbytes - entry[0]
         entry[0], entry[5] = nbytes, token
+        self._note_growth(core)
+
+    def _note_growth(self, core: int) -> None:
+        """Re-take the core's snapshot when its usage passed the last one by _PEAK_STEP."""
         snap = self._snap.get(core)
         if snap is None or self._allocated[core] > snap["at"] * _PEAK_STEP:
             self._snap[core] = self._snapshot(core)
