@@ -97,11 +97,12 @@ def test_no_host_memory_behind_a_model_larger_than_this_machine():
 
 
 def test_out_of_memory_where_the_device_raises_it():
+    before = torch.neuron.memory_allocated()  # what earlier tests in this worker still hold
     with pytest.raises(torch.OutOfMemoryError, match="Neuron out of memory"):
         with torch_neuronx.readiness(dry_run=True):
             keep = [torch.empty(10 << 30, dtype=torch.uint8, device="neuron") for _ in range(3)]  # 30 of 24 GiB
             del keep
-    assert torch.neuron.memory_allocated() < 1 << 20  # what the dry run reserved is released
+    assert torch.neuron.memory_allocated() - before < 1 << 20  # what the dry run reserved is released
 
 
 def test_value_reads_get_placeholders_and_are_listed_with_their_line():

@@ -240,11 +240,14 @@ def test_compiled_graphs_are_costed_whole_once_per_run(monkeypatch, fresh_dynamo
         layers = [torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.LayerNorm(256), torch.nn.Linear(256, 64)]
         return torch.nn.Sequential(*layers).to("neuron")
 
-    def train(model, steps=3):
+    def train(model, steps=3, live_ops=None):
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         with torch_neuronx.readiness() as r:
             for _ in range(steps):
-                model(x).sum().backward()
+                loss = model(x).sum()
+                if live_ops is not None:  # what the forward left alive for the backward
+                    live_ops.update(e[3] for e in r._collector._live.values())
+                loss.backward()
                 opt.step()
                 opt.zero_grad()
         return r.report.data, r.raw()
@@ -261,7 +264,8 @@ def test_compiled_graphs_are_costed_whole_once_per_run(monkeypatch, fresh_dynamo
     assert ops[:2] == names[::-1]
     # the reports below see the graphs warm: compiled before they started
     eager, _ = train(mlp())
-    data, raw = train(compiled)
+    live_ops = set()
+    data, raw = train(compiled, live_ops=live_ops)
     est, eager_est = data["estimates"][0], eager["estimates"][0]
 
     # every step ran each graph once, counted whole: no ATen op of their code is also counted
@@ -282,8 +286,9 @@ def test_compiled_graphs_are_costed_whole_once_per_run(monkeypatch, fresh_dynamo
     assert 0.5 * eager_est["step_seconds"] < est["step_seconds"] < eager_est["step_seconds"]
     assert data["verdict"] == eager["verdict"] == "runs natively"
     assert _graphs._listener is None  # the report let go of the graphs when it stopped
-    # memory is tracked inside graphs as outside: the buffers their code allocates are seen
-    assert any(t["op"] == "aten::empty_strided" for t in data["memory"][0]["top_tensors"])
+    # memory is tracked inside graphs as outside: the buffers their code allocates are seen (not
+    # necessarily among the largest at the peak: tensors earlier tests in this worker hold compete)
+    assert "aten::empty_strided" in live_ops
 
     # a graph without its ATen graph is timed op by op, as before
     graph = names[0].removeprefix("compiled graph ").rsplit(" ", 1)[0]
