@@ -177,7 +177,7 @@ class DryRun:
         from torch.nn.modules.module import register_module_parameter_registration_hook
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-        self._fake = _fake.new_fake_mode()
+        self._fake = _fake.new_fake_mode(self._on_fake_op)
         self._fake.__enter__()
         self._mode = _Mode(self)
         self._mode.__enter__()
@@ -204,15 +204,20 @@ class DryRun:
         _ACTIVE = None
 
     # -- accounting --------------------------------------------------------------
-    def _after_op(self, func, args, out) -> None:
-        outs = out if isinstance(out, (list, tuple)) else (out,)
-        tensors = [t for t in outs if isinstance(t, torch.Tensor)]
-        if not tensors:
+    def _on_fake_op(self, func, args, kwargs, out) -> None:
+        """Every fake op, from the fake mode itself: ops on DTensor shards too. An op that reads
+        a storage this run holds is device work, and its new outputs are reserved; one that
+        reads none is metadata work on fakes a library made for it (or a factory, which the
+        mode above accounts)."""
+        if not any(_fake.storage_key(t)[0] in self._live for t in _fake.fake_inputs(args, kwargs)):
             return
-        _fake.forget_outputs(self._fake, tensors)
+        self._account_outputs(func, out)
+
+    def _account_outputs(self, func, out) -> None:
+        """Reserves each new neuron storage among an op's outputs, as the device's allocator would."""
         name = None
-        for t in tensors:
-            if t.device.type != "neuron" or _fake.is_wrapper(t):
+        for t in out if isinstance(out, (list, tuple)) else (out,):
+            if not isinstance(t, _fake.FakeTensor) or t.device.type != "neuron":
                 continue
             key, st = _fake.storage_key(t)
             if key in self._live:
@@ -220,6 +225,14 @@ class DryRun:
             if name is None:
                 name = func.name()
             self._account(key, st, st.nbytes(), t, name)
+
+    def _after_op(self, func, args, out) -> None:
+        outs = out if isinstance(out, (list, tuple)) else (out,)
+        tensors = [t for t in outs if isinstance(t, torch.Tensor)]
+        if not tensors:
+            return
+        _fake.forget_outputs(self._fake, tensors)
+        self._account_outputs(func, out)  # factories; the fake mode reported the others already
         known = _FINITE_CHECKS.get(func)
         if known is None and func in _KNOWN_COMBINE:
             ins = [self._known_value(a) for a in args if isinstance(a, torch.Tensor)]
@@ -252,9 +265,9 @@ class DryRun:
 
     def _on_resize(self, storage, nbytes: int) -> None:
         """FSDP2's storage resizes: the storage's memory is released or re-reserved."""
-        key = storage._cdata
-        entry = self._live.get(key)
-        if entry is None or entry[0] == nbytes or storage.device.type != "neuron":
+        # Only neuron storages have entries; a fake tensor's storage itself is on "meta".
+        entry = self._live.get(storage._cdata)
+        if entry is None or entry[0] == nbytes:
             return
         core = entry[4]
         token = _C._reserve(core, nbytes) if nbytes else 0  # may raise OutOfMemoryError, as FSDP2's would

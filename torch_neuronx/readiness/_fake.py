@@ -8,6 +8,7 @@ reason, so a PyTorch upgrade is checked in one file.
 
 from __future__ import annotations
 
+import threading
 import weakref
 
 import torch
@@ -32,10 +33,40 @@ __all__ = [
 ]
 
 
-def new_fake_mode() -> FakeTensorMode:
-    """The mode a dry run executes in. Real tensors made before it (module constants of
-    libraries imported earlier) are converted on first use instead of raising."""
-    return FakeTensorMode(allow_non_fake_inputs=True)
+class _ReportingFakeMode(FakeTensorMode):
+    """A FakeTensorMode that hands every op's call and outputs to a callback.
+
+    A dispatch mode stacked above the fake mode does not see the ops a tensor subclass runs
+    on its inner tensors (DTensor's ops on its local shards, optimizer state of sharded
+    parameters): the subclass runs them with the modes above the fake one popped. Those
+    ops pass here. So do ops that only compute metadata on fakes the fake mode made for
+    them (DTensor's sharding propagation runs its op on global-shape fakes in the current
+    fake mode), which allocate nothing in a real run: the callback tells them apart."""
+
+    def __init__(self, on_outputs, **kwargs):
+        super().__init__(**kwargs)
+        self._on_outputs = on_outputs
+        self._depth = threading.local()
+
+    def dispatch(self, func, types, args=(), kwargs=None):
+        # Only the outermost call: nested ones are the fake mode's own decomposition of
+        # that op, whose intermediates a device kernel would not allocate.
+        depth = getattr(self._depth, "n", 0)
+        self._depth.n = depth + 1
+        try:
+            out = super().dispatch(func, types, args, kwargs)
+        finally:
+            self._depth.n = depth
+        if depth == 0:
+            self._on_outputs(func, args, kwargs or {}, out)
+        return out
+
+
+def new_fake_mode(on_outputs) -> FakeTensorMode:
+    """The mode a dry run executes in; ``on_outputs(func, args, kwargs, out)`` sees every op. Real
+    tensors made before it (module constants of libraries imported earlier) are converted
+    on first use instead of raising."""
+    return _ReportingFakeMode(on_outputs, allow_non_fake_inputs=True)
 
 
 def _leaves(args, kwargs):
@@ -46,6 +77,11 @@ def _leaves(args, kwargs):
                 yield from a
             else:
                 yield a
+
+
+def fake_inputs(args, kwargs):
+    """The fake tensors among an op's arguments."""
+    return [a for a in _leaves(args, kwargs) if isinstance(a, FakeTensor)]
 
 
 def real_host_args(args, kwargs) -> bool:
