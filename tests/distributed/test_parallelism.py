@@ -1,6 +1,7 @@
-"""Pipeline, expert and context parallelism on neuron, each checked against a single-core run
-of the same seeded model and data (losses / outputs and gradients). The workers in ./workers
-run under torchrun and state their tolerances."""
+"""Pipeline, expert and context parallelism on neuron, alone and combined (TP x PP x FSDP,
+CP x TP, with dropout on sharded activations), each checked against a single-core run of the
+same seeded model and data (losses / outputs and gradients). The workers in ./workers run
+under torchrun and state their tolerances."""
 
 import subprocess
 import sys
@@ -13,9 +14,9 @@ from helpers import run_python, worker_env
 WORKERS = Path(__file__).parent / "workers"
 
 
-def torchrun(nproc, script, *args, timeout=600):
+def torchrun(nproc, script, *args, timeout=600, **env_extra):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-    env = worker_env()
+    env = worker_env(**env_extra)
     env.pop("TORCH_DISTRIBUTED_DEBUG", None)
     p = subprocess.run(
         [*cmd, str(WORKERS / script), *map(str, args)], env=env, capture_output=True, text=True, timeout=timeout
@@ -101,6 +102,23 @@ def test_context_parallel_sdpa_matches_single_core(nproc):
     out = torchrun(nproc, "cp_worker.py", ",".join(CP_CASES))
     _check_cases(out, CP_CASES, nproc)
     assert "context parallelism (ring attention) does not support attn_mask" in out, out
+
+
+# Combined layouts (workers/layouts_worker.py): the mesh shapes of 2, 4 and 8 ranks. 8 ranks need
+# 8 logical cores: a trn2.48xlarge's.
+LAYOUTS = {
+    2: ["cp_tp:2x1", "pp_dp_tp:2x1x1"],
+    4: ["cp_tp:2x2", "pp_dp_tp:2x1x2"],
+    8: ["pp_dp_tp:2x2x2", "cp_tp:4x2"],
+}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [2, 4, 8], ids=["2proc", "4proc", "8proc"])
+def test_combined_layouts_with_dropout_match_single_core(nproc):
+    out = torchrun(nproc, "layouts_worker.py", ",".join(LAYOUTS[nproc]), TORCH_NEURONX_INSTANCE_TYPE="trn2.48xlarge")
+    _check_cases(out, LAYOUTS[nproc], nproc)
 
 
 def test_context_parallel_hook_loads_lazily_and_only_acts_inside_context_parallel():
