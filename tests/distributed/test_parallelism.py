@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_python, worker_env
+from helpers import load_example, run_python, worker_env
 
 WORKERS = Path(__file__).parent / "workers"
 
@@ -62,11 +62,24 @@ def test_pipeline_x_fsdp_2d_mesh_matches_single_core():
 def test_pipeline_uneven_splits_fail_clearly():
     out = torchrun(2, "pipeline_worker.py", "bad_split")
     _check_cases(out, ["bad_split"], 2)
-    assert "8 layers do not split evenly into 3 pipeline stages" in out, out
-    assert "Number of microbatches (1) must be greater than or equal to the number of stages (2)" in out, out
+    assert out.count("layers: ValueError: 8 layers do not split evenly into 3 pipeline stages") == 2, out
+    msg = (
+        "microbatches: ValueError: Number of microbatches (1) must be greater than or equal to the number of stages (2)"
+    )
+    assert out.count(msg) == 2, out
     # PyTorch splits a batch of 8 into microbatches of 3, 3, 2; the last stage's shapes were
     # inferred from the first microbatch, so its loss fails and the first stage times out.
     assert "Expected input batch_size (24) to match target batch_size (16)" in out, out
+
+
+def test_pipeline_example_refuses_layers_that_do_not_divide_into_stages():
+    example = load_example("pipeline")
+    split, model = example.stage_module, example.Net(vocab=16, dim=8, layers=8)
+    with pytest.raises(
+        ValueError, match=r"^8 layers do not split evenly into 3 pipeline stages; use --layers a multiple"
+    ):
+        split(model, 0, 3)
+    assert len(split(model, 1, 4).layers) == 2
 
 
 @pytest.mark.multiprocess
@@ -76,7 +89,8 @@ def test_expert_parallel_moe_matches_single_core(nproc):
     out = torchrun(nproc, "moe_worker.py", "grouped,loop,bad_experts")
     _check_cases(out, ["grouped", "loop", "bad_experts"], nproc)
     n = 3 if nproc == 2 else 6
-    assert f"{n} experts cannot be split evenly over {nproc} expert-parallel ranks" in out, out
+    msg = f"BAD_EXPERTS ValueError: {n} experts cannot be split evenly over {nproc} expert-parallel ranks"
+    assert out.count(msg) == nproc, out
     assert "Split sizes doesn't match total dim 0 size" in out, out
 
 
@@ -91,6 +105,7 @@ CP_CASES = [
     "causal:module",
     "full:module:alltoall",
     "mask",
+    "bad_seq",
     "cpu_mesh",
 ]
 
@@ -102,6 +117,12 @@ def test_context_parallel_sdpa_matches_single_core(nproc):
     out = torchrun(nproc, "cp_worker.py", ",".join(CP_CASES))
     _check_cases(out, CP_CASES, nproc)
     assert "context parallelism (ring attention) does not support attn_mask" in out, out
+    for api in ("context_parallel", "_context_parallel_shard"):
+        msg = (
+            f"BAD_SEQ {api}: ValueError: context parallelism over {nproc} ranks needs sequence lengths that are "
+            f"multiples of {nproc}, but buffer 0 has 31 positions along dim 2 (shape [2, 4, 31, 16])"
+        )
+        assert out.count(msg) == nproc, out
 
 
 # Combined layouts (workers/layouts_worker.py): the mesh shapes of 2, 4 and 8 ranks. 8 ranks need
