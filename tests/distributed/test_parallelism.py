@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from helpers import load_example, run_python, worker_env
+from helpers import REPO, load_example, run_python, worker_env
 
 WORKERS = Path(__file__).parent / "workers"
 
 
 def torchrun(nproc, script, *args, timeout=600, **env_extra):
+    """torchrun `script` (a worker's name, or a path) on `nproc` ranks; returns its stdout."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
     env = worker_env(**env_extra)
     env.pop("TORCH_DISTRIBUTED_DEBUG", None)
@@ -125,21 +126,25 @@ def test_context_parallel_sdpa_matches_single_core(nproc):
         assert out.count(msg) == nproc, out
 
 
-# Combined layouts (workers/layouts_worker.py): the mesh shapes of 2, 4 and 8 ranks. 8 ranks need
-# 8 logical cores: a trn2.48xlarge's.
-LAYOUTS = {
-    2: ["cp_tp:2x1", "pp_dp_tp:2x1x1"],
-    4: ["cp_tp:2x2", "pp_dp_tp:2x1x2"],
-    8: ["pp_dp_tp:2x2x2", "cp_tp:4x2"],
-}
+# Combined layouts (examples/layouts.py) on 2, 4 and 8 ranks; 8 ranks need 8 logical cores,
+# a trn2.48xlarge's.
+LAYOUTS = [
+    (2, "cp_tp", "2x1"),
+    (2, "pp_dp_tp", "2x1x1"),
+    (4, "cp_tp", "2x2"),
+    (4, "pp_dp_tp", "2x1x2"),
+    (8, "pp_dp_tp", "2x2x2"),
+    (8, "cp_tp", "4x2"),
+]
 
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-@pytest.mark.parametrize("nproc", [2, 4, 8], ids=["2proc", "4proc", "8proc"])
-def test_combined_layouts_with_dropout_match_single_core(nproc):
-    out = torchrun(nproc, "layouts_worker.py", ",".join(LAYOUTS[nproc]), TORCH_NEURONX_INSTANCE_TYPE="trn2.48xlarge")
-    _check_cases(out, LAYOUTS[nproc], nproc)
+@pytest.mark.parametrize("nproc, layout, mesh", LAYOUTS, ids=[f"{lay}-{m}" for _, lay, m in LAYOUTS])
+def test_combined_layouts_with_dropout_match_single_core(nproc, layout, mesh):
+    example = REPO / "examples" / "layouts.py"
+    out = torchrun(nproc, example, "--layout", layout, "--mesh", mesh, TORCH_NEURONX_INSTANCE_TYPE="trn2.48xlarge")
+    assert f"{layout} {mesh} on {nproc} ranks: losses and gradients equal one core's" in out, out
 
 
 def test_context_parallel_hook_loads_lazily_and_only_acts_inside_context_parallel():

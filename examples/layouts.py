@@ -1,30 +1,35 @@
-"""Combined parallel layouts on neuron, with dropout on sharded activations, checked against
-a single-core run of the same seeded model and data (losses and every parameter's gradient).
+"""Combined parallel layouts on ``neuron``, with dropout on sharded activations.
 
-Usage (under torchrun): layouts_worker.py CASE[,CASE...]
-Cases:
-  pp_dp_tp:PxDxT  a (pp, dp, tp) mesh of P*D*T ranks (torchtitan's order, tp innermost): the
-                  model split into P pipeline stages (1F1B), each stage sharded with FSDP2 over
-                  dp and tensor/sequence parallel over tp (torchtitan's Llama plan: sequence-
-                  sharded activations between the blocks and between the stages).
-  cp_tp:CxT       a (cp, tp) mesh: causal attention blocks under context_parallel (ring
-                  attention over cp, head-tail load balancing), tensor/sequence parallel over
-                  tp, FSDP2 over cp (torchtitan's dp_shard_cp).
-Every block ends with dropout on its sequence-sharded DTensor output (DTensor's RNG tracker
-gives each tp shard its own offset). Each rank records the masks it drew; the single-core
-reference replays them, so both runs drop the same elements.
-Prints "CASE <case> OK <max grad diff>" per case on every rank.
+Two layouts of torchtitan's kind, each trained for two steps and compared with the same seeded
+model and data on one core (the losses and every parameter's gradient, within rtol 1e-5 and
+atol 1e-6; the script exits non-zero otherwise):
+
+* ``--layout pp_dp_tp --mesh PxDxT``: a (pp, dp, tp) mesh of P*D*T ranks (tp innermost): the
+  model split into P pipeline stages (1F1B), each stage sharded with FSDP2 over dp and
+  tensor/sequence parallel over tp (torchtitan's Llama plan: activations sharded on the
+  sequence between the blocks and between the stages);
+* ``--layout cp_tp --mesh CxT``: a (cp, tp) mesh: causal attention blocks under
+  ``context_parallel`` (ring attention over cp, head-tail load balancing), tensor/sequence
+  parallel over tp, FSDP2 over cp (torchtitan's dp_shard_cp).
+
+Every block ends with dropout on its sequence-sharded DTensor output: DTensor's RNG tracker
+gives each tp shard its own offset of the neuron generator. Each rank records the masks it
+drew and the single-core reference replays them, so both runs drop the same elements.
+
+    TORCH_NEURONX_INSTANCE_TYPE=trn2.48xlarge torchrun --nproc_per_node=8 examples/layouts.py --layout pp_dp_tp --mesh 2x2x2
+    torchrun --nproc_per_node=4 examples/layouts.py --layout cp_tp --mesh 2x2
 """
 
+import argparse
 import datetime
 import os
 import resource
-import sys
+import time
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from pipeline_worker import DIM, Block, Net, loss_fn, split_manual
+from pipeline import Block, Net, loss_fn, stage_module  # examples/pipeline.py
 from torch import nn
 from torch.distributed import pipelining as pp
 from torch.distributed.device_mesh import init_device_mesh
@@ -38,7 +43,7 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-VOCAB, LAYERS, BATCH, SEQ, HEAD_DIM, STEPS, P = 64, 4, 8, 16, 8, 2, 0.25
+VOCAB, DIM, LAYERS, BATCH, SEQ, HEAD_DIM, STEPS, P = 64, 32, 4, 8, 16, 8, 2, 0.25
 # Tensor parallelism splits the matmuls' sums over ranks and FSDP averages gradients with a
 # reduce-scatter: the same values up to float32 rounding of the sums.
 RTOL, ATOL = 1e-5, 1e-6
@@ -70,7 +75,7 @@ def _local(t):
 
 class MLPBlock(Block):
     def __init__(self):
-        super().__init__()
+        super().__init__(DIM)
         self.drop = _Dropout()
 
     def forward(self, x):
@@ -96,7 +101,7 @@ class AttnBlock(nn.Module):
 
 def make_model(block):
     torch.manual_seed(0)
-    model = Net(layers=0)
+    model = Net(VOCAB, DIM, 0)
     model.layers = nn.ModuleDict({str(i): block() for i in range(LAYERS)})
     return model
 
@@ -174,7 +179,7 @@ def run_pp_dp_tp(case, shape, dev):
     npp, ndp, ntp = shape
     mesh = init_device_mesh("neuron", shape, mesh_dim_names=("pp", "dp", "tp"))
     stage_idx, dp_idx, tp_idx = (mesh[d].get_local_rank() for d in ("pp", "dp", "tp"))
-    mod = split_manual(make_model(MLPBlock), stage_idx, npp).to(dev)
+    mod = stage_module(make_model(MLPBlock), stage_idx, npp).to(dev)
     tp_plan(mod, mesh["tp"], attention=False)
     for block in mod.layers.values():
         fully_shard(block, mesh=mesh["dp"])
@@ -291,20 +296,27 @@ def run_cp_tp(case, shape, dev):
 
 
 def main():
-    cases = sys.argv[1].split(",")
-    local_rank = int(os.environ["LOCAL_RANK"])
-    dev = torch.device("neuron", local_rank)
-    dist.init_process_group("neuron", timeout=datetime.timedelta(seconds=120))
-    rank = dist.get_rank()
-    for case in cases:
-        name, dims = case.split(":")
-        shape = tuple(int(d) for d in dims.split("x"))
-        run = {"pp_dp_tp": run_pp_dp_tp, "cp_tp": run_cp_tp}[name]
-        worst = run(case, shape, dev)
-        dist.barrier()
-        print(f"rank {rank}: CASE {case} OK {worst:.2e}", flush=True)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"rank {rank}: PEAK_RSS_MIB {peak:.0f}", flush=True)
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--layout", choices=["pp_dp_tp", "cp_tp"], required=True)
+    p.add_argument("--mesh", required=True, help="PxDxT for pp_dp_tp, CxT for cp_tp (their product: the ranks)")
+    args = p.parse_args()
+    shape = tuple(int(d) for d in args.mesh.split("x"))
+    dev = torch.device("neuron", int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("neuron", timeout=datetime.timedelta(seconds=120))  # rank r on neuron:r
+    start = time.perf_counter()
+    run = {"pp_dp_tp": run_pp_dp_tp, "cp_tp": run_cp_tp}[args.layout]
+    case = f"{args.layout} {args.mesh}"
+    worst = torch.tensor(run(case, shape, dev), device=dev)
+    peak = torch.tensor(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, device=dev)
+    for t in (worst, peak):
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    if dist.get_rank() == 0:
+        print(
+            f"{case} on {dist.get_world_size()} ranks: losses and gradients equal one core's (largest gradient "
+            f"difference {worst.item():.1e}); {time.perf_counter() - start:.1f} s, peak RSS per rank "
+            f"{peak.item():.0f} MiB",
+            flush=True,
+        )
     dist.destroy_process_group()
 
 
