@@ -135,16 +135,16 @@ def reference(block, masks, dev):
     model = make_model(block).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = (t.to(dev) for t in data())
-    losses, grads = [], []
+    steps = []
     for step in range(STEPS):
         for name, b in model.layers.items():
             b.drop.replay = [masks[step][name].to(dev)]
         loss = loss_fn(model(x), y)
         loss.backward()
-        losses.append(loss.item())
-        grads.append({k: p.grad.detach().clone() for k, p in model.named_parameters()})
+        steps.append((loss.item(), {k: p.grad.detach().clone() for k, p in model.named_parameters()}))
         opt.step()
         opt.zero_grad()
+    losses, grads = zip(*steps)
     return losses, grads
 
 
@@ -228,18 +228,19 @@ def run_pp_dp_tp(case, shape, dev):
             b.drop.drawn.clear()
         opt.step()
         opt.zero_grad()
+    return _compare(case, MLPBlock, pieces, losses, grads, ntp, dev)
+
+
+def _compare(case, block, pieces, losses, grads, ntp, dev):
+    """Gather every rank's dropout masks, train the one-core reference with them, and compare
+    this rank's losses (if it computed any) and full gradients; returns the largest difference."""
     pieces = _gather_pieces(pieces)
     if ntp > 1:
         _check_shards_differ(pieces)
-    ref = reference(MLPBlock, _assemble(pieces), dev)
-    return _check_steps(case, mod, losses, grads, ref, has_loss=stage_idx == npp - 1)
-
-
-def _check_steps(case, mod, losses, grads, ref, has_loss):
-    ref_losses, ref_grads = ref
+    ref_losses, ref_grads = reference(block, _assemble(pieces), dev)
     worst = 0.0
     for step in range(STEPS):
-        if has_loss:
+        if losses:
             assert abs(losses[step] - ref_losses[step]) <= ATOL + RTOL * abs(
                 ref_losses[step]
             ), f"{case} step {step}: loss {losses[step]} != single-core {ref_losses[step]}"
@@ -288,11 +289,7 @@ def run_cp_tp(case, shape, dev):
             b.drop.drawn.clear()
         opt.step()
         opt.zero_grad()
-    pieces = _gather_pieces(pieces)
-    if ntp > 1:
-        _check_shards_differ(pieces)
-    ref = reference(AttnBlock, _assemble(pieces), dev)
-    return _check_steps(case, model, losses, grads, ref, has_loss=True)
+    return _compare(case, AttnBlock, pieces, losses, grads, ntp, dev)
 
 
 def main():
