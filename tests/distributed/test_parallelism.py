@@ -171,3 +171,31 @@ print("OK")
 """
     p = run_python(code, env=worker_env())
     assert p.returncode == 0 and p.stdout.strip() == "OK", p.stdout + p.stderr
+
+
+def test_context_parallel_refuses_a_sequence_the_ranks_do_not_divide():
+    # One process with PyTorch's fake process group: the check runs before any collective.
+    code = """
+import pytest
+import torch
+import torch.distributed as dist
+from torch.testing._internal.distributed.fake_pg import FakeStore
+dist.init_process_group("fake", rank=0, world_size=4, store=FakeStore())
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.experimental._attention import _context_parallel_shard
+mesh = init_device_mesh("neuron", (4,))
+x = torch.randn(1, 30, 8, device="neuron")
+msg = (r"^context parallelism over 4 ranks needs sequence lengths that are multiples of 4, but buffer 1 has 30 "
+       r"positions along dim 1 \\(shape \\[1, 30, 8\\]\\), which would give the ranks shards of different lengths; "
+       r"pad the sequence to a multiple of 4 \\(of 8 for causal load balancing\\)$")
+with pytest.raises(ValueError, match=msg):
+    _context_parallel_shard(mesh, [torch.zeros(2, 32, device="neuron"), x], [1, 1])
+(shard,) = _context_parallel_shard(mesh, [torch.randn(1, 32, 8, device="neuron")], [1])
+assert shard.shape == (1, 8, 8), shard.shape
+# CPU meshes keep PyTorch's uneven sharding.
+(shard,) = _context_parallel_shard(init_device_mesh("cpu", (4,)), [torch.randn(1, 30, 8)], [1])
+assert shard.shape == (1, 8, 8), shard.shape
+print("OK")
+"""
+    p = run_python(code, env=worker_env())
+    assert p.returncode == 0 and p.stdout.strip().endswith("OK"), p.stdout + p.stderr
