@@ -1,6 +1,7 @@
-"""Pipeline, expert and context parallelism on neuron, each checked against a single-core run
-of the same seeded model and data (losses / outputs and gradients). The workers in ./workers
-run under torchrun and state their tolerances."""
+"""Pipeline, expert and context parallelism on neuron, alone and combined (TP x PP x FSDP,
+CP x TP, with dropout on sharded activations), each checked against a single-core run of the
+same seeded model and data (losses / outputs and gradients). The workers in ./workers run
+under torchrun and state their tolerances."""
 
 import subprocess
 import sys
@@ -8,14 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_python, worker_env
+from helpers import REPO, load_example, run_python, worker_env
 
 WORKERS = Path(__file__).parent / "workers"
 
 
-def torchrun(nproc, script, *args, timeout=600):
+def torchrun(nproc, script, *args, timeout=600, **env_extra):
+    """torchrun `script` (a worker's name, or a path) on `nproc` ranks; returns its stdout."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-    env = worker_env()
+    env = worker_env(**env_extra)
     env.pop("TORCH_DISTRIBUTED_DEBUG", None)
     p = subprocess.run(
         [*cmd, str(WORKERS / script), *map(str, args)], env=env, capture_output=True, text=True, timeout=timeout
@@ -61,11 +63,24 @@ def test_pipeline_x_fsdp_2d_mesh_matches_single_core():
 def test_pipeline_uneven_splits_fail_clearly():
     out = torchrun(2, "pipeline_worker.py", "bad_split")
     _check_cases(out, ["bad_split"], 2)
-    assert "8 layers do not split evenly into 3 pipeline stages" in out, out
-    assert "Number of microbatches (1) must be greater than or equal to the number of stages (2)" in out, out
+    assert out.count("layers: ValueError: 8 layers do not split evenly into 3 pipeline stages") == 2, out
+    msg = (
+        "microbatches: ValueError: Number of microbatches (1) must be greater than or equal to the number of stages (2)"
+    )
+    assert out.count(msg) == 2, out
     # PyTorch splits a batch of 8 into microbatches of 3, 3, 2; the last stage's shapes were
     # inferred from the first microbatch, so its loss fails and the first stage times out.
     assert "Expected input batch_size (24) to match target batch_size (16)" in out, out
+
+
+def test_pipeline_example_refuses_layers_that_do_not_divide_into_stages():
+    example = load_example("pipeline")
+    split, model = example.stage_module, example.Net(vocab=16, dim=8, layers=8)
+    with pytest.raises(
+        ValueError, match=r"^8 layers do not split evenly into 3 pipeline stages; use --layers a multiple"
+    ):
+        split(model, 0, 3)
+    assert len(split(model, 1, 4).layers) == 2
 
 
 @pytest.mark.multiprocess
@@ -75,7 +90,8 @@ def test_expert_parallel_moe_matches_single_core(nproc):
     out = torchrun(nproc, "moe_worker.py", "grouped,loop,bad_experts")
     _check_cases(out, ["grouped", "loop", "bad_experts"], nproc)
     n = 3 if nproc == 2 else 6
-    assert f"{n} experts cannot be split evenly over {nproc} expert-parallel ranks" in out, out
+    msg = f"BAD_EXPERTS ValueError: {n} experts cannot be split evenly over {nproc} expert-parallel ranks"
+    assert out.count(msg) == nproc, out
     assert "Split sizes doesn't match total dim 0 size" in out, out
 
 
@@ -90,6 +106,7 @@ CP_CASES = [
     "causal:module",
     "full:module:alltoall",
     "mask",
+    "bad_seq",
     "cpu_mesh",
 ]
 
@@ -101,6 +118,33 @@ def test_context_parallel_sdpa_matches_single_core(nproc):
     out = torchrun(nproc, "cp_worker.py", ",".join(CP_CASES))
     _check_cases(out, CP_CASES, nproc)
     assert "context parallelism (ring attention) does not support attn_mask" in out, out
+    for api in ("context_parallel", "_context_parallel_shard"):
+        msg = (
+            f"BAD_SEQ {api}: ValueError: context parallelism over {nproc} ranks needs sequence lengths that are "
+            f"multiples of {nproc}, but buffer 0 has 31 positions along dim 2 (shape [2, 4, 31, 16])"
+        )
+        assert out.count(msg) == nproc, out
+
+
+# Combined layouts (examples/layouts.py) on 2, 4 and 8 ranks; 8 ranks need 8 logical cores,
+# a trn2.48xlarge's.
+LAYOUTS = [
+    (2, "cp_tp", "2x1"),
+    (2, "pp_dp_tp", "2x1x1"),
+    (4, "cp_tp", "2x2"),
+    (4, "pp_dp_tp", "2x1x2"),
+    (8, "pp_dp_tp", "2x2x2"),
+    (8, "cp_tp", "4x2"),
+]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc, layout, mesh", LAYOUTS, ids=[f"{lay}-{m}" for _, lay, m in LAYOUTS])
+def test_combined_layouts_with_dropout_match_single_core(nproc, layout, mesh):
+    example = REPO / "examples" / "layouts.py"
+    out = torchrun(nproc, example, "--layout", layout, "--mesh", mesh, TORCH_NEURONX_INSTANCE_TYPE="trn2.48xlarge")
+    assert f"{layout} {mesh} on {nproc} ranks: losses and gradients equal one core's" in out, out
 
 
 def test_context_parallel_hook_loads_lazily_and_only_acts_inside_context_parallel():
@@ -127,3 +171,31 @@ print("OK")
 """
     p = run_python(code, env=worker_env())
     assert p.returncode == 0 and p.stdout.strip() == "OK", p.stdout + p.stderr
+
+
+def test_context_parallel_refuses_a_sequence_the_ranks_do_not_divide():
+    # One process with PyTorch's fake process group: the check runs before any collective.
+    code = """
+import pytest
+import torch
+import torch.distributed as dist
+from torch.testing._internal.distributed.fake_pg import FakeStore
+dist.init_process_group("fake", rank=0, world_size=4, store=FakeStore())
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.experimental._attention import _context_parallel_shard
+mesh = init_device_mesh("neuron", (4,))
+x = torch.randn(1, 30, 8, device="neuron")
+msg = (r"^context parallelism over 4 ranks needs sequence lengths that are multiples of 4, but buffer 1 has 30 "
+       r"positions along dim 1 \\(shape \\[1, 30, 8\\]\\), which would give the ranks shards of different lengths; "
+       r"pad the sequence to a multiple of 4 \\(of 8 for causal load balancing\\)$")
+with pytest.raises(ValueError, match=msg):
+    _context_parallel_shard(mesh, [torch.zeros(2, 32, device="neuron"), x], [1, 1])
+(shard,) = _context_parallel_shard(mesh, [torch.randn(1, 32, 8, device="neuron")], [1])
+assert shard.shape == (1, 8, 8), shard.shape
+# CPU meshes keep PyTorch's uneven sharding.
+(shard,) = _context_parallel_shard(init_device_mesh("cpu", (4,)), [torch.randn(1, 30, 8)], [1])
+assert shard.shape == (1, 8, 8), shard.shape
+print("OK")
+"""
+    p = run_python(code, env=worker_env())
+    assert p.returncode == 0 and p.stdout.strip().endswith("OK"), p.stdout + p.stderr

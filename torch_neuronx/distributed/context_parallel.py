@@ -14,7 +14,9 @@ what it shards, for neuron meshes only: the same sequence-dimension sharding rul
 uses for flash attention, and PyTorch's own ring (``_templated_ring_attention`` and its
 backward, with its rotation methods, load balancing and logsumexp merging) around the CPU
 kernel. Nothing changes outside context parallelism, and other devices keep PyTorch's
-behaviour.
+behaviour. On neuron meshes, a sequence length the ranks do not divide is refused with a
+``ValueError`` when the buffers are sharded (PyTorch would shard it unevenly, and the ring's
+collectives would then disagree on sizes).
 
 The hook is installed when PyTorch's context-parallel module is first imported (importing it
 eagerly would load DTensor and flex attention at ``import torch``).
@@ -134,13 +136,39 @@ def _sdpa_handler(op_call, args, kwargs):
     return dispatcher.wrap(local_results, output_sharding.output_spec)
 
 
+def _even_shards(shard_buffers):
+    """PyTorch's buffer sharding (``_context_parallel_buffers``, behind ``context_parallel`` and
+    ``_context_parallel_shard``), refusing on neuron meshes a sequence the ranks do not divide.
+
+    PyTorch shards such a sequence unevenly (31 positions over 2 ranks: 16 and 15), and the
+    ring's collectives then disagree on sizes: gloo aborts the process, NCCL hangs or reads
+    past the shorter shard. Every rank sees the same full buffers, so every rank raises here,
+    before any collective."""
+
+    def _context_parallel_buffers(mesh, buffers, buffer_seq_dims, load_balancer=None):
+        n = mesh.size()
+        for i, (buffer, dim) in enumerate(zip(buffers, buffer_seq_dims)):
+            if mesh.device_type == "neuron" and isinstance(buffer, torch.Tensor) and buffer.shape[dim] % n:
+                raise ValueError(
+                    f"context parallelism over {n} ranks needs sequence lengths that are multiples of {n}, "
+                    f"but buffer {i} has {buffer.shape[dim]} positions along dim {dim} (shape "
+                    f"{list(buffer.shape)}), which would give the ranks shards of different lengths; pad "
+                    f"the sequence to a multiple of {n} (of {2 * n} for causal load balancing)"
+                )
+        return shard_buffers(mesh, buffers, buffer_seq_dims, load_balancer)
+
+    return _context_parallel_buffers
+
+
 def _install(attention_module) -> None:
-    """Make PyTorch's CP enable/disable also cover the CPU flash op (idempotent)."""
+    """Make PyTorch's CP enable/disable also cover the CPU flash op, and its buffer sharding
+    refuse uneven sequences on neuron meshes (idempotent)."""
     from torch.distributed.tensor._op_schema import RuntimeSchemaInfo
     from torch.distributed.tensor.experimental._context_parallel import _sharding_rules
 
     if getattr(_sharding_rules.register_cp_sharding_rules, "_neuron", False):
         return
+    attention_module._context_parallel_buffers = _even_shards(attention_module._context_parallel_buffers)
     # _enable_cp_dtensor_dispatcher() installs this dict's handlers; disabling removes them.
     for op in _RINGS:
         attention_module.custom_ops[op] = _sdpa_handler

@@ -7,8 +7,8 @@ A case is MASK[:OPTION...]: MASK is causal (with PyTorch's head-tail load balanc
 (no mask, no load balancing); options: alltoall (rotate k/v with all_to_all instead of the
 default all_gather), bfloat16 (instead of float32), gqa (half as many key/value heads,
 enable_gqa=True), module (the module API: _ContextParallel and _context_parallel_shard).
-Or "mask" (an attn_mask, which ring attention does not take), or "cpu_mesh" (PyTorch's
-behaviour on CPU meshes, unchanged).
+Or "mask" (an attn_mask, which ring attention does not take), "bad_seq" (a sequence length
+the ranks do not divide), or "cpu_mesh" (PyTorch's behaviour on CPU meshes, unchanged).
 Prints "CASE <case> OK <max diff>" per case on every rank.
 """
 
@@ -129,6 +129,28 @@ def attn_mask_case(mesh, dev):
     print(f"MASK_MESSAGE {msg}", flush=True)
 
 
+def bad_seq_case(mesh, dev):
+    """A sequence the ranks do not divide: both sharding entry points refuse it on every rank,
+    before any collective, and the group stays usable."""
+    q, k, v, _ = (t[:, :, : SEQ - 1] for t in inputs(torch.float32, dev))
+    msgs = []
+    for api in ("context_parallel", "_context_parallel_shard"):
+        try:
+            if api == "context_parallel":
+                with context_parallel(mesh, buffers=[q, k, v], buffer_seq_dims=[2, 2, 2]):
+                    F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                _context_parallel_shard(mesh, [q, k, v], [2, 2, 2])
+        except ValueError as e:
+            msgs.append(f"{api}: ValueError: {e}")
+        else:
+            raise AssertionError(f"{api} accepted {SEQ - 1} positions on {mesh.size()} ranks")
+    assert q.shape[2] == SEQ - 1, q.shape  # the buffers were left as they were
+    dist.barrier()
+    for m in msgs:
+        print(f"BAD_SEQ {m}", flush=True)
+
+
 def cpu_mesh_case(world):
     """CPU meshes keep PyTorch's behaviour: the CPU flash op is not sharded there."""
     mesh = init_device_mesh("cpu", (world,))
@@ -154,9 +176,9 @@ def main():
             cpu_mesh_case(world)
             print(f"rank {rank}: CASE cpu_mesh OK", flush=True)
             continue
-        if case == "mask":
-            attn_mask_case(mesh, dev)
-            print(f"rank {rank}: CASE mask OK", flush=True)
+        if case in ("mask", "bad_seq"):
+            {"mask": attn_mask_case, "bad_seq": bad_seq_case}[case](mesh, dev)
+            print(f"rank {rank}: CASE {case} OK", flush=True)
             continue
         worst = run_case(case, mesh, dev)
         print(f"rank {rank}: CASE {case} OK {worst:.2e}", flush=True)

@@ -70,7 +70,7 @@ def bad_experts(rank, world, dev):
     try:
         MoE(DIM, HIDDEN, n, TOP_K, group=dist.group.WORLD)
     except ValueError as e:
-        msg = str(e)
+        msg = f"ValueError: {e}"
     else:
         raise AssertionError(f"{n} experts accepted on {world} ranks")
     assert f"{n} experts cannot be split evenly over {world} expert-parallel ranks" in msg, msg

@@ -240,14 +240,14 @@ def bad_split(rank, world, dev):
     try:
         split_manual(make_model(), 0, 3)
     except ValueError as e:
-        msgs.append(f"layers: {e}")
+        msgs.append(f"layers: ValueError: {e}")
     assert "do not split evenly into 3 pipeline stages" in msgs[-1], msgs
     mod = split_manual(make_model(), rank, world).to(dev)
     stage = pp.PipelineStage(mod, rank, world, dev)
     try:
         pp.Schedule1F1B(stage, n_microbatches=world - 1, loss_fn=loss_fn)
     except ValueError as e:
-        msgs.append(f"microbatches: {e}")
+        msgs.append(f"microbatches: ValueError: {e}")
     assert "must be greater than or equal to the number of stages" in msgs[-1], msgs
     # A short timeout: the stages that wait for the failed last stage give up quickly.
     group = dist.new_group(timeout=datetime.timedelta(seconds=10))
