@@ -238,6 +238,13 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 
 dist.init_process_group("fake", rank=0, world_size=4, store=FakeStore())
 with LocalTensorMode(frozenset(range(4))):
+    # Before any random op on a neuron mesh: DTensor creates no RNG tracker for a CPU mesh,
+    # so this runs (the control PyTorch's ...WithLocalTensor tests pass on). Once a neuron
+    # mesh's random op has created the tracker, CPU meshes go through it and fail as below.
+    cpu_mesh = DeviceMesh("cpu", list(range(4)))
+    r = distribute_tensor(torch.zeros(8, 4), cpu_mesh, [Shard(0)]).uniform_()
+    assert all(((t >= 0) & (t < 1)).all() for t in r.to_local()._local_tensors.values())
+
     mesh = DeviceMesh("neuron", list(range(4)))
     torch.manual_seed(0)
     state = torch.neuron.get_rng_state()
