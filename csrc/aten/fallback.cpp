@@ -6,22 +6,14 @@
 #include <ATen/ATen.h>
 
 #include "aten/alias_table.h"
-#include "aten/arg_check.h"
+#include "aten/arg_walk.h"
 #include "aten/nested.h"
 #include "aten/op_meta.h"
-#include "device/allocator.h"
 #include "device/device.h"
 #include "device/generator.h"
-#include "profiler/device_events.h"
 
 namespace neuron {
 namespace {
-
-struct Converted {
-  at::Tensor neuron;
-  at::Tensor cpu;
-  bool mut;
-};
 
 // An upper bound on the values a random op draws, known before it runs so the
 // generator's offset can be reserved first (as CUDA's Philox offsets are):
@@ -69,7 +61,45 @@ bool host_random_op(const c10::OperatorHandle& op, const OpMeta& meta, torch::ji
   return true;
 }
 
+// A kernel that writes an argument may have given its alias another storage
+// (set_-style kernels) or other sizes, strides or offset: the neuron tensor
+// takes them on.
+void sync_written_args(AliasTable& table, c10::SmallVector<Converted, 8>& conv, c10::DeviceIndex dev) {
+  table.sync_resized_storages(dev);
+  for (auto& c : conv) {
+    if (!c.mut) continue;
+    auto* nimpl = c.neuron.unsafeGetTensorImpl();
+    if (c.cpu.storage().unsafeGetStorageImpl() != c.neuron.storage().unsafeGetStorageImpl() &&
+        !c.cpu.storage().is_alias_of(c.neuron.storage())) {
+      // set_-style kernels swapped the storage.
+      bool same_entry = false;
+      for (auto& e : table.entries)
+        if (e.cpu.unsafeGetStorageImpl() == c.cpu.storage().unsafeGetStorageImpl() &&
+            e.neuron == c.neuron.storage().unsafeGetStorageImpl())
+          same_entry = true;
+      if (!same_entry) nimpl->set_storage_keep_dtype(table.neuron_storage_for(c.cpu.storage(), dev));
+    }
+    if (c.cpu.sizes() != c.neuron.sizes() || c.cpu.strides() != c.neuron.strides() ||
+        c.cpu.storage_offset() != c.neuron.storage_offset())
+      nimpl->set_sizes_and_strides(c.cpu.sizes(), c.cpu.strides(), c.cpu.storage_offset());
+  }
+}
+
 }  // namespace
+
+at::Tensor result_to_neuron(AliasTable& table, const c10::SmallVector<Converted, 8>& conv, const OpMeta& meta,
+                            const at::Tensor& r, c10::DeviceIndex dev) {
+  if (!r.defined() || r.device().type() != c10::kCPU) return r;
+  for (auto& c : conv)
+    if (c.cpu.unsafeGetTensorImpl() == r.unsafeGetTensorImpl()) return c.neuron;
+  if (r.is_quantized()) reject_quantized(meta.name);
+  if (r.is_nested()) return nested_to_neuron(table, r, dev);
+  TORCH_CHECK_NOT_IMPLEMENTED(r.layout() == c10::kStrided, "'", meta.name, "' produced a ", r.layout(),
+                              " tensor: Trainium has no sparse kernels, so neuron supports only strided "
+                              "(dense) tensors. Run this op on CPU (tensor.cpu()) and move the dense "
+                              "result back with .to('neuron').");
+  return table.neuron_result(r, dev);
+}
 
 void cpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   OpMeta& meta = meta_for(op);
@@ -80,42 +110,11 @@ void cpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   AliasTable table;
   c10::SmallVector<Converted, 8> conv;
   ArgCheck check(meta, schema);
-
-  auto convert = [&](const at::Tensor& t, size_t i, bool allow_cpu) -> at::Tensor {
-    if (!check.is_neuron(t, static_cast<int>(i), allow_cpu)) return t;
-    auto c = table.alias(t);
+  walk_args(check, *stack, nargs, [&](const at::Tensor& t, size_t i) -> at::Tensor {
+    const at::Tensor& c = table.alias(t);
     conv.push_back({t, c, static_cast<bool>(meta.arg_mutable[i])});
     return c;
-  };
-
-  for (size_t i = 0; i < nargs; ++i) {
-    c10::IValue& v = (*stack)[base + i];
-    if (v.isTensor()) {
-      v = convert(v.toTensor(), i, false);
-    } else if (v.isTensorList()) {
-      auto list = v.toTensorList();
-      c10::List<at::Tensor> out;
-      out.reserve(list.size());
-      for (const at::Tensor& t : list) out.push_back(convert(t, i, false));
-      v = std::move(out);
-    } else if (v.isList()) {
-      auto list = v.toList();
-      if (list.size() && (list.get(0).isTensor() || list.get(0).isNone())) {
-        c10::List<std::optional<at::Tensor>> out;
-        out.reserve(list.size());
-        for (const c10::IValue& e : list)
-          out.push_back(e.isTensor() ? std::optional<at::Tensor>(convert(e.toTensor(), i, meta.cpu_indices_ok))
-                                     : std::nullopt);
-        v = std::move(out);
-      }
-    } else if (v.isDevice()) {
-      auto d = v.toDevice();
-      if (d.type() == kNeuron) {
-        check.saw_device(d.has_index() ? d.index() : current_device());
-        v = c10::Device(c10::kCPU);
-      }
-    }
-  }
+  });
   if (!meta.generator_args.empty() && check.saw_no_neuron() && host_random_op(op, meta, stack, base, nargs)) return;
   const c10::DeviceIndex dev = check.finish();
 
@@ -127,60 +126,10 @@ void cpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
     }
   }
 
-  {
-    ChargeCpuAllocationsTo charge(dev);
-    profiler::DeviceSpan span(profiler::SpanKind::Op, meta.name.c_str(), dev);
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
-  }
-
-  if (!conv.empty()) {
-    table.sync_resized_storages(dev);
-    for (auto& c : conv) {
-      if (!c.mut) continue;
-      auto* nimpl = c.neuron.unsafeGetTensorImpl();
-      if (c.cpu.storage().unsafeGetStorageImpl() != c.neuron.storage().unsafeGetStorageImpl() &&
-          !c.cpu.storage().is_alias_of(c.neuron.storage())) {
-        // set_-style kernels swapped the storage.
-        bool same_entry = false;
-        for (auto& e : table.entries)
-          if (e.cpu.unsafeGetStorageImpl() == c.cpu.storage().unsafeGetStorageImpl() &&
-              e.neuron == c.neuron.storage().unsafeGetStorageImpl())
-            same_entry = true;
-        if (!same_entry) nimpl->set_storage_keep_dtype(table.neuron_storage_for(c.cpu.storage(), dev));
-      }
-      if (c.cpu.sizes() != c.neuron.sizes() || c.cpu.strides() != c.neuron.strides() ||
-          c.cpu.storage_offset() != c.neuron.storage_offset())
-        nimpl->set_sizes_and_strides(c.cpu.sizes(), c.cpu.strides(), c.cpu.storage_offset());
-    }
-  }
-
-  auto wrap = [&](const at::Tensor& r) -> at::Tensor {
-    if (!r.defined() || r.device().type() != c10::kCPU) return r;
-    for (auto& c : conv)
-      if (c.cpu.unsafeGetTensorImpl() == r.unsafeGetTensorImpl()) return c.neuron;
-    if (r.is_quantized()) reject_quantized(meta.name);
-    if (r.is_nested()) return nested_to_neuron(table, r, dev);
-    TORCH_CHECK_NOT_IMPLEMENTED(r.layout() == c10::kStrided, "'", meta.name, "' produced a ", r.layout(),
-                                " tensor: Trainium has no sparse kernels, so neuron supports only strided "
-                                "(dense) tensors. Run this op on CPU (tensor.cpu()) and move the dense "
-                                "result back with .to('neuron').");
-    return table.neuron_result(r, dev);
-  };
-
-  const size_t nrets = schema.returns().size();
-  for (size_t i = stack->size() - nrets; i < stack->size(); ++i) {
-    c10::IValue& v = (*stack)[i];
-    if (v.isTensor()) {
-      v = wrap(v.toTensor());
-    } else if (v.isTensorList()) {
-      auto list = v.toTensorList();
-      for (size_t j = 0; j < list.size(); ++j) list.set(j, wrap(list.get(j)));
-    } else if (v.isList()) {
-      auto list = v.toList();
-      for (size_t j = 0; j < list.size(); ++j)
-        if (list.get(j).isTensor()) list.set(j, wrap(list.get(j).toTensor()));
-    }
-  }
+  run_on_device(meta, dev, [&] { op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack); });
+  if (!conv.empty()) sync_written_args(table, conv, dev);
+  walk_returns(*stack, schema.returns().size(),
+               [&](const at::Tensor& r) { return result_to_neuron(table, conv, meta, r, dev); });
 }
 
 }  // namespace neuron

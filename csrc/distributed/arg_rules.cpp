@@ -4,7 +4,6 @@
 
 #include <c10/util/Exception.h>
 
-#include <numeric>
 #include <string>
 #include <vector>
 
@@ -86,66 +85,6 @@ void match_shapes(const std::string& opname, torch::jit::Stack* stack, size_t ba
   } else if (opname == "c10d::reduce_scatter_" || opname == "c10d::scatter_") {
     a1 = match_nested(a1, a0, map);  // input_tensors[i][r] ~ output_tensors[i]
   }
-}
-
-// all_to_all with tensors of different sizes (gloo's list all_to_all takes
-// equal sizes only): one all_to_all_single with split sizes over a flat
-// staging buffer (gloo's own list all_to_all stages the same way), whose
-// slices are copied to the outputs when the work completes.
-bool uneven_all_to_all(const c10::OperatorHandle& op, torch::jit::Stack* stack,
-                       const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::shared_ptr<ViewMap>& map,
-                       const std::shared_ptr<PostProcess>& post) {
-  const size_t nargs = op.schema().arguments().size();
-  const size_t base = stack->size() - nargs;
-  auto outputs = (*stack)[base].toTensorList().vec();
-  auto inputs = (*stack)[base + 1].toTensorList().vec();
-  const int64_t world = pg->getSize();
-  TORCH_CHECK(static_cast<int64_t>(outputs.size()) == world && static_cast<int64_t>(inputs.size()) == world,
-              "all_to_all: expected ", world, " input and output tensors, got ", inputs.size(), " and ",
-              outputs.size());
-  bool even = true;
-  for (size_t i = 0; i < outputs.size(); ++i)
-    even = even && outputs[i].sizes() == outputs[0].sizes() && inputs[i].sizes() == inputs[0].sizes() &&
-           outputs[i].sizes() == inputs[0].sizes();
-  if (even) return false;
-  const auto dtype = inputs[0].scalar_type();
-  std::vector<int64_t> in_splits, out_splits;
-  std::vector<at::Tensor> flat_in;
-  for (auto& t : inputs) {
-    TORCH_CHECK(t.scalar_type() == dtype, "all_to_all: all tensors must have one dtype, got ", dtype, " and ",
-                t.scalar_type());
-    in_splits.push_back(t.numel());
-    flat_in.push_back(t.reshape({-1}));
-  }
-  for (auto& t : outputs) {
-    TORCH_CHECK(t.scalar_type() == dtype, "all_to_all: all tensors must have one dtype, got ", dtype, " and ",
-                t.scalar_type());
-    out_splits.push_back(t.numel());
-  }
-  auto send = at::cat(flat_in);
-  auto recv = at::empty({std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0})}, send.options());
-  c10d::AllToAllOptions opts;
-  const int64_t timeout = (*stack)[base + nargs - 1].toInt();
-  if (timeout >= 0) opts.timeout = std::chrono::milliseconds(timeout);
-  post->then = [outputs, recv, out_splits] {
-    int64_t off = 0;
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      outputs[i].copy_(recv.narrow(0, off, out_splits[i]).view(outputs[i].sizes()));
-      off += out_splits[i];
-    }
-  };
-  // (gloo may move from the split vectors: pass copies)
-  auto out_counts = out_splits;
-  auto in_counts = in_splits;
-  auto work = pg->getBackend(c10::kCPU)->alltoall_base(recv, send, out_counts, in_counts, opts);
-  torch::jit::drop(*stack, nargs);
-  c10::List<at::Tensor> outs;
-  for (auto& t : outputs) outs.push_back(to_neuron(t, *map));
-  torch::jit::push(*stack, std::move(outs));
-  c10::intrusive_ptr<c10d::Work> w = make_neuron_work(work, map, post);
-  track_for_coalescing(pg, w);
-  torch::jit::push(*stack, c10::IValue(std::move(w)));
-  return true;
 }
 
 }  // namespace neuron

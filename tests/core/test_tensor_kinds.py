@@ -1,12 +1,16 @@
 """Tensor kinds beyond dense strided ones on neuron: nested tensors run and
-equal CPU, quantized and sparse COO ones are refused where they would be made,
-and value checks CPU makes (one_hot) raise CPU's errors."""
+equal CPU under the argument rules and op tracking of dense ops, quantized and
+sparse COO ones are refused where they would be made, and value checks CPU
+makes (one_hot) raise CPU's errors."""
 
+import re
 import warnings
 
 import pytest
 import torch
 from torch import nn
+
+import torch_neuronx
 
 DEVICE = "neuron"
 warnings.filterwarnings("ignore", message=".*nested tensors is in prototype.*")
@@ -52,6 +56,57 @@ def test_nested_ops_equal_cpu(name, fn):
 def test_nested_inplace_returns_self():
     nt = _nested(DEVICE)
     assert nt.mul_(2.0) is nt
+
+
+# One rule, one wording, for dense and nested ops: a CPU tensor next to neuron ones.
+_MISMATCH = (
+    "Expected all tensors to be on the same device, but got {arg} is on cpu, different from other tensors "
+    "on neuron:0 (when checking argument in method {op})"
+)
+
+
+@pytest.mark.parametrize(
+    "arg,op,fn",
+    [
+        ("mat2", "aten::mm", lambda: torch.mm(torch.ones(2, 6, device=DEVICE), torch.ones(6, 3))),
+        ("mat", "aten::addmv", lambda: torch.addmv(torch.ones(2, device=DEVICE), torch.ones(2, 3), torch.ones(3))),
+        ("weight", "aten::linear", lambda: nn.functional.linear(_nested(DEVICE), torch.ones(3, 6))),
+        ("other", "aten::mul.Tensor", lambda: _nested(DEVICE) * _nested("cpu")),
+    ],
+    ids=["dense_fast_path", "dense_fallback", "nested_linear", "nested_mul"],
+)
+def test_cpu_tensor_next_to_neuron_raises_one_wording(arg, op, fn):
+    with pytest.raises(RuntimeError, match=re.escape(_MISMATCH.format(arg=arg, op=op))):
+        fn()
+
+
+def test_nested_op_takes_a_cpu_scalar_as_dense_ops_do():
+    scalar = torch.tensor(2.0)  # 0-dim CPU tensors are scalar operands (as on CUDA)
+    out = _nested(DEVICE) * scalar
+    assert out.device.type == DEVICE
+    torch.testing.assert_close(out.to_padded_tensor(0.0).cpu(), (_nested("cpu") * scalar).to_padded_tensor(0.0))
+
+
+def test_nested_copy_from_cpu_takes_the_cpu_tensor():
+    # A copy between devices is the one op whose CPU argument is no mistake.
+    cpu = _nested("cpu")
+    out = cpu.to(DEVICE)
+    assert out.device.type == DEVICE and out.is_nested
+    torch.testing.assert_close(out.to_padded_tensor(0.0).cpu(), cpu.to_padded_tensor(0.0), rtol=0, atol=0)
+
+
+def test_nested_ops_are_counted_and_recorded_as_dense_ones():
+    nt = torch.nested.nested_tensor([torch.ones(2, 3, dtype=torch.float64), torch.ones(1, 3, dtype=torch.float64)])
+    nt = nt.to(DEVICE)
+    dense = torch.ones(2, dtype=torch.float64, device=DEVICE)
+    for x in (nt, dense):
+        torch_neuronx.clear_op_tracking()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.relu(x)
+        assert torch_neuronx.get_executed_ops() == {"aten::relu": 1}
+        assert torch_neuronx.get_fallback_ops() == {"aten::relu": ["float64 is not native on Trainium"]}
+    torch_neuronx.clear_op_tracking()
 
 
 def _padded_batch():

@@ -5,6 +5,7 @@ DistributedConfig, accelerate launch, examples/sft.py on 32 ranks, on two torchr
 plain processes for the fault tests) from the workers in ./workers."""
 
 import datetime
+import re
 import socket
 import subprocess
 import sys
@@ -136,8 +137,17 @@ def test_ddp_collects_time_stats_on_neuron(single_rank_group):
 
 
 def test_mixed_devices_raise_clear_error(single_rank_group):
-    with pytest.raises(RuntimeError, match=r"neuron.*cpu|cpu.*neuron"):
-        dist.all_gather([torch.empty(2)], torch.ones(2, device="neuron"))
+    # The argument rules and wording of ATen ops, except that a collective sends or
+    # receives every tensor: a 0-dim CPU tensor is no scalar operand there.
+    for out in (torch.empty(2), torch.tensor(0.0)):
+        with pytest.raises(
+            RuntimeError,
+            match=re.escape(
+                "Expected all tensors to be on the same device, but got output_tensors is on cpu, different from "
+                "other tensors on neuron:0 (when checking argument in method c10d::allgather_)"
+            ),
+        ):
+            dist.all_gather([out], torch.ones(out.shape, device="neuron"))
 
 
 def test_group_without_cpu_backend_still_works():

@@ -60,6 +60,19 @@ def test_op_device_events_in_chrome_trace(tmp_path):
     assert _device_events(events, "aten::relu")
 
 
+def test_nested_op_device_event(tmp_path):
+    # Ops on nested tensors run on the device like dense ones, and show so.
+    nt = torch.nested.nested_tensor([torch.randn(2, 6), torch.randn(4, 6)]).to("neuron")
+    with profile(activities=ACTIVITIES) as prof:
+        torch.relu(nt)
+    events = _trace(prof, tmp_path)
+    (ev,) = _device_events(events, "aten::relu")
+    assert ev["args"]["device"] == "neuron:0" and ev["dur"] > 0
+    # Linked to the op the user called (CPU's nested kernel calls relu on the buffer inside it).
+    outer = min(_cpu_op(events, "aten::relu"), key=lambda e: e["ts"])
+    assert ev["args"]["External id"] == outer["args"]["External id"]
+
+
 def test_key_averages_device_columns():
     a = torch.randn(256, 256, device="neuron")
     with profile(activities=ACTIVITIES) as prof:
