@@ -135,7 +135,9 @@ def run(raw_dir: str, nnodes: int, nproc: int, workers: int, target: list[str], 
     world = nnodes * nproc
     ranks = list(range(world)) if ranks is None else ranks
     if len(ranks) < world:
-        print(f"torch-neuronx check: dry run of ranks {_ranges(ranks)} of {world}; the other {world - len(ranks)} are not run")
+        print(
+            f"torch-neuronx check: dry run of ranks {_ranges(ranks)} of {world}; the other {world - len(ranks)} are not run"
+        )
     os.makedirs(raw_dir, exist_ok=True)
     preimport(target)
     store = dist.TCPStore("127.0.0.1", 0, world, is_master=True, wait_for_workers=False)
