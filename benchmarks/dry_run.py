@@ -2,6 +2,7 @@
 
     python benchmarks/dry_run.py                      # 8B, TP=4 x FSDP=8, 32 ranks, and 8B on one core
     python benchmarks/dry_run.py --cases 70b          # 70B, TP=4 x FSDP=16, 64 ranks (LNC=2)
+    python benchmarks/dry_run.py --cases 70b --ranks 0,63   # two of its ranks (--ranks of check)
 
 Each case writes the public config of the model and a *header-only* checkpoint (safetensors
 files whose headers give every tensor's name, dtype and shape, and whose data is a sparse
@@ -103,7 +104,7 @@ class _PeakTreeRss(threading.Thread):
             time.sleep(0.2)
 
 
-def run_case(name: str, work: str, steps: int, seq: int, workers: int) -> dict:
+def run_case(name: str, work: str, steps: int, seq: int, workers: int, ranks: str | None = None) -> dict:
     model, tp, fsdp, instance = CASES[name]
     ckpt = os.path.join(work, f"llama-{model}")
     if not os.path.isdir(ckpt):
@@ -118,7 +119,8 @@ def run_case(name: str, work: str, steps: int, seq: int, workers: int) -> dict:
     launcher = ["torchrun", "--nproc-per-node", str(world)] if world > 1 else [sys.executable]
     out = os.path.join(work, f"report-{name}")
     cmd = [sys.executable, "-m", "torch_neuronx.cli", "check", "--dry-run", "--instance", instance]
-    cmd += ["--workers", str(workers), "--out", out, "--"] + launcher + script
+    cmd += ["--workers", str(workers), "--out", out] + (["--ranks", ranks] if ranks else []) + ["--"]
+    cmd += launcher + script
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1")
@@ -139,7 +141,7 @@ def run_case(name: str, work: str, steps: int, seq: int, workers: int) -> dict:
         "verdict": rep.get("verdict", f"no report (exit {proc.returncode})"),
         "peak": max((m["peak_allocated"] for m in rep.get("memory", [])), default=0) / 2**30,
         "classes": len(rep.get("memory", [])),
-        "ranks_reported": len(rep.get("memory_per_rank", [])),
+        "ranks_reported": len(rep.get("ranks_run", rep.get("memory_per_rank", []))),
     }
 
 
@@ -157,6 +159,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--seq", type=int, default=4096)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--ranks", default=None, help="simulate only these ranks of each case, e.g. 0,63 (default: all)")
     p.add_argument("--work", default=None, help="where checkpoints and reports go (default: a temporary dir)")
     args = p.parse_args()
     work = args.work or tempfile.mkdtemp(prefix="dry-run-bench-")
@@ -165,9 +168,9 @@ def main() -> None:
     print("| case | ranks | wall time | host memory (all processes) | verdict | peak per core | rank classes |")
     print("|---|---|---|---|---|---|---|")
     for name in args.cases.split(","):
-        r = run_case(name, work, args.steps, args.seq, args.workers)
+        r = run_case(name, work, args.steps, args.seq, args.workers, args.ranks)
         print(
-            f"| {r['case']} | {r['ranks']} ({r['ranks_reported']} reported) | {r['wall_s']:.0f} s | "
+            f"| {r['case']} | {r['ranks']} ({r['ranks_reported']} {'run' if args.ranks else 'reported'}) | {r['wall_s']:.0f} s | "
             f"{r['host_gib']:.2f} GiB | {r['verdict'][:90]} | {r['peak']:.2f} GiB | {r['classes']} |"
         )
     print(f"reports in {work}")

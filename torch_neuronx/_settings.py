@@ -307,9 +307,16 @@ TORCHRUN_RANK_ENV = (
 )
 
 
-def set_rank_environment(values: dict[str, str]) -> None:
-    """Set a rank's torchrun environment in this process (names from TORCHRUN_RANK_ENV only)."""
+def set_rank_environment(values: dict[str, str | None]) -> dict[str, str | None]:
+    """Set a rank's torchrun environment in this process (names from TORCHRUN_RANK_ENV only;
+    None unsets). Returns the values they had, to restore them with the same call."""
     unknown = sorted(set(values) - set(TORCHRUN_RANK_ENV))
     if unknown:
         raise ValueError(f"not a variable torchrun sets for a rank: {unknown}")
-    os.environ.update(values)
+    prev = {k: os.environ.get(k) for k in values}
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    return prev

@@ -202,3 +202,58 @@ def test_torchrun_job_dry_run_has_every_rank_and_the_real_collectives(tmp_path):
     assert key(dry["collectives"]) == key(real["collectives"]) != []
     assert dry["fallbacks"] == real["fallbacks"]
     assert dry["dry_run"] is not None and real["dry_run"] is None
+
+
+def test_in_process_dry_run_as_one_rank_of_a_larger_job():
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    with torch_neuronx.readiness(dry_run=True, rank=5, world_size=8) as r:
+        dist.init_process_group("neuron")
+        mesh = init_device_mesh("neuron", (4, 2), mesh_dim_names=("dp", "tp"))
+        seen = (dist.get_rank(), dist.get_world_size(), mesh.get_coordinate())
+        x = torch.randn(64, 64, device="neuron")
+        dist.all_reduce(x, group=mesh["dp"].get_group())
+    assert seen == (5, 8, (2, 1))
+    assert not dist.is_initialized()  # the block's fake process group does not outlive it
+    d = r.report.data
+    assert (d["world_size"], d["ranks_run"], d["ranks_not_run"]) == (8, [5], [0, 1, 2, 3, 4, 6, 7])
+    assert [m["rank"] for m in d["memory_per_rank"]] == [5]
+    assert "ranks 0-4, 6-7 of the job's 8 were not run" in r.report.summary()
+    assert d["verdict"].endswith("(on the ranks run, 5 of 8; the others unknown)")
+    with pytest.raises(ValueError, match="need dry_run=True"):
+        torch_neuronx.readiness(rank=1, world_size=2)
+
+
+def test_ranks_option_is_checked_against_the_job(tmp_path, capsys):
+    from torch_neuronx.readiness import _cli
+
+    job = ["--", "torchrun", "--nproc-per-node", "8", str(tmp_path / "job.py")]
+    with pytest.raises(SystemExit, match="rank 8 is not in the job: its world size is 8"):
+        _cli.main(["--dry-run", "--ranks", "0,8", "--out", str(tmp_path / "r")] + job)
+    with pytest.raises(SystemExit, match="--ranks needs --dry-run"):
+        _cli.main(["--ranks", "0", "--out", str(tmp_path / "r")] + job)
+    with pytest.raises(SystemExit):
+        _cli.main(["--dry-run", "--ranks", "3-1"] + job)
+    assert "empty range" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_dry_run_of_some_ranks_of_a_torchrun_job(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(
+        WORKER.replace("for step in range(3)", "print('coord', mesh.get_coordinate())\nfor step in range(3)")
+    )
+    out = tmp_path / "rep"
+    cmd = [sys.executable, "-m", "torch_neuronx.cli", "check", "--dry-run", "--instance", "trn2.48xlarge"]
+    cmd += ["--ranks", "0,5", "--out", str(out)]
+    cmd += ["--", "torchrun", "--standalone", "--nproc-per-node", "8", str(script)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    rep = json.loads((out / "report.json").read_text())
+    assert (rep["world_size"], rep["ranks_run"]) == (8, [0, 5])
+    assert rep["ranks_not_run"] == [1, 2, 3, 4, 6, 7]
+    assert sorted(m["rank"] for m in rep["memory_per_rank"]) == [0, 5]  # only what ran
+    assert "ranks 1-4, 6-7 of the job's 8 were not run" in (out / "report.md").read_text()
+    assert "dry run of ranks 0, 5 of 8" in p.stdout and "coord (0, 0)" in p.stdout

@@ -29,6 +29,9 @@ class Readiness:
     out: a directory to write report.{md,html,json} and the pictures to on exit.
     dry_run: run the block at its real size with no data (see docs/readiness.md, "Dry run"):
     every tensor made inside it is a fake one, the allocator accounting is real.
+    rank / world_size (dry run only): run the block as rank `rank` of a job of `world_size`
+    ranks: ``init_process_group("neuron")`` inside it gets that rank and world size (and
+    DeviceMesh its real coordinates); the other ranks are not run, and the report says so.
     Entering resets the devices' peak memory statistics, so the peaks are the block's.
     """
 
@@ -39,17 +42,30 @@ class Readiness:
         capacity: int | None = None,
         out: str | None = None,
         dry_run: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
     ):
         from .. import _hardware
 
         if instance is not None:
             _hardware.instance(instance)  # raises a clear error for an unknown name
+        self._as_rank = None
+        if rank is not None or world_size is not None:
+            if not dry_run or rank is None or world_size is None:
+                raise ValueError(
+                    "rank and world_size go together and need dry_run=True: "
+                    "readiness(dry_run=True, rank=R, world_size=N) runs the block as rank R of N"
+                )
+            from ._ranks import AsRank
+
+            self._as_rank = AsRank(rank, world_size)
         self._options = {"instance": instance, "lnc": lnc, "capacity": capacity}
         self.out = out
         self.dry_run = dry_run
         self.report: Report | None = None
         self._collector = None
         self._dry = None
+        self._raw = None
 
     def __enter__(self) -> "Readiness":
         from ._collect import Collector
@@ -61,6 +77,8 @@ class Readiness:
 
             self._dry = DryRun()
             self._dry.start()
+        if self._as_rank is not None:
+            self._as_rank.__enter__()
         self._collector = Collector(self._dry)
         self._collector.start()
         return self
@@ -72,13 +90,16 @@ class Readiness:
             self._dry.stop()
         if exc is not None:
             c.error = f"{exc_type.__name__}: {exc}"
-        self.report = Report([c.raw()], **self._options)
+        self._raw = c.raw()  # while RANK and WORLD_SIZE are still the block's
+        if self._as_rank is not None:
+            self._as_rank.__exit__(exc_type, exc, tb)
+        self.report = Report([self._raw], **self._options)
         if self.out:
             self.report.save(self.out)
 
     def raw(self) -> dict:
         """This process's recording (what ``torch-neuronx check`` merges across ranks)."""
-        return self._collector.raw()
+        return self._raw if self._raw is not None else self._collector.raw()
 
 
 def readiness(
@@ -87,9 +108,13 @@ def readiness(
     capacity: int | None = None,
     out: str | None = None,
     dry_run: bool = False,
+    rank: int | None = None,
+    world_size: int | None = None,
 ) -> Readiness:
     """Record the code in a ``with`` block and judge it against Trainium (see :class:`Readiness`)."""
-    return Readiness(instance=instance, lnc=lnc, capacity=capacity, out=out, dry_run=dry_run)
+    return Readiness(
+        instance=instance, lnc=lnc, capacity=capacity, out=out, dry_run=dry_run, rank=rank, world_size=world_size
+    )
 
 
 class _CallableModule(types.ModuleType):

@@ -24,6 +24,16 @@ def _bytes(text: str) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
 
 
+def _rank_spec(text: str) -> str:
+    from ._ranks import parse_ranks
+
+    try:
+        parse_ranks(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="torch-neuronx check",
@@ -52,6 +62,13 @@ def _parser() -> argparse.ArgumentParser:
         help="with --dry-run and torchrun: how many ranks run at once (default: %(default)s)",
     )
     p.add_argument(
+        "--ranks",
+        type=_rank_spec,
+        help="with --dry-run and torchrun: simulate only these ranks of the job, e.g. 0,31 or 0-3,63 "
+        "(each keeps its real rank, world size and mesh coordinates; the report says which ranks were "
+        "not run; default: all)",
+    )
+    p.add_argument(
         "--capacity",
         type=_bytes,
         help="HBM per logical core for the fit verdict, e.g. 16GiB " "(default: the instance's)",
@@ -59,9 +76,13 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _child_command(cmd: list[str], raw_dir: str, dry_run: bool = False, workers: int = 2) -> list[str]:
+def _child_command(
+    cmd: list[str], raw_dir: str, dry_run: bool = False, workers: int = 2, ranks: str | None = None
+) -> list[str]:
     """The user's command with the script wrapped by the readiness launcher (for a dry run of
-    a torchrun job: the rank launcher, which runs every rank without torchrun)."""
+    a torchrun job: the rank launcher, which runs every rank, or those of `ranks`, without torchrun)."""
+    if ranks and not dry_run:
+        raise SystemExit("torch-neuronx check: --ranks needs --dry-run (a real run runs every rank)")
     exe = os.path.basename(cmd[0])
     launch = _LAUNCH + ["--raw", raw_dir] + (["--dry-run"] if dry_run else [])
     if exe == "torchrun" or cmd[1:3] == ["-m", "torch.distributed.run"]:
@@ -82,10 +103,23 @@ def _child_command(cmd: list[str], raw_dir: str, dry_run: bool = False, workers:
                 raise SystemExit(
                     f"torch-neuronx check --dry-run: give --nproc-per-node as a number, not {args.nproc_per_node!r}"
                 ) from None
-            ranks = [sys.executable, "-m", "torch_neuronx.readiness._ranks", "--raw", raw_dir]
-            ranks += ["--nnodes", str(nnodes), "--nproc-per-node", str(nproc), "--workers", str(workers)]
-            return ranks + target + rest[i + 1 :]
+            launcher = [sys.executable, "-m", "torch_neuronx.readiness._ranks", "--raw", raw_dir]
+            launcher += ["--nnodes", str(nnodes), "--nproc-per-node", str(nproc), "--workers", str(workers)]
+            if ranks:
+                from ._ranks import parse_ranks
+
+                try:
+                    parse_ranks(ranks, nnodes * nproc)
+                except ValueError as e:
+                    raise SystemExit(f"torch-neuronx check --ranks: {e}") from None
+                launcher += ["--ranks", ranks]
+            return launcher + target + rest[i + 1 :]
         return head + opts + launch + target + rest[i + 1 :]
+    if ranks:
+        raise SystemExit(
+            "torch-neuronx check: --ranks needs --dry-run and a torchrun command (it picks ranks of a torchrun "
+            "job); for one process, use torch_neuronx.readiness(dry_run=True, rank=R, world_size=N)"
+        )
     if exe.startswith("python") or os.path.realpath(shutil.which(cmd[0]) or cmd[0]) == os.path.realpath(sys.executable):
         i = 1
         flags = []
@@ -124,7 +158,7 @@ def main(argv: list[str]) -> int:
     if opts.lnc:
         env["NEURON_LOGICAL_NC_CONFIG"] = str(opts.lnc)
     with tempfile.TemporaryDirectory(prefix="neuron-readiness-") as raw_dir:
-        child = _child_command(cmd, raw_dir, opts.dry_run, opts.workers)
+        child = _child_command(cmd, raw_dir, opts.dry_run, opts.workers, opts.ranks)
         rc = subprocess.call(child, env=env)
         raws = []
         for path in sorted(glob.glob(os.path.join(raw_dir, "rank*.json"))):

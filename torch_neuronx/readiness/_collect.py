@@ -261,6 +261,9 @@ def _cached_parts(gm) -> list:
     return parts
 
 
+_PRIM_DEVICE = torch.ops.prim.device.default
+
+
 class _Mode(TorchDispatchMode):
     def __init__(self, collector):
         super().__init__()
@@ -272,11 +275,13 @@ class _Mode(TorchDispatchMode):
         return True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is _PRIM_DEVICE:  # a device query (half of a dry run's calls): nothing to record
+            return func(*args)
         kwargs = kwargs or {}
         if self.c.dry is not None:  # nothing runs, so nothing falls back: ask what would
             out = func(*args, **kwargs)
             try:
-                self.c._record(func, args, kwargs, out, self.c._would_fall_back(func, args, kwargs, out))
+                self.c._record(func, args, kwargs, out, would=True)
             except Exception as e:
                 self.c.errors[f"{func}: {type(e).__name__}: {e}"] += 1
             return out
@@ -437,9 +442,10 @@ class Collector:
         self.graph_parts[name] = _cached_parts(gm)
         return name
 
-    def _record(self, func, args, kwargs, out, fallback=None) -> None:
+    def _record(self, func, args, kwargs, out, fallback=None, would: bool = False) -> None:
         """One op call; ``fallback`` is the reason when it (or a kernel inside it,
-        e.g. the fill_ that aten::ones runs) fell back to CPU."""
+        e.g. the fill_ that aten::ones runs) fell back to CPU. ``would`` (a dry run, where
+        nothing runs): the reason is the one a real run would have, asked only of ops that count."""
         info = self._funcs.get(func)
         if info is None:
             info = self._funcs[func] = _FuncInfo(func)
@@ -477,6 +483,8 @@ class Collector:
             if not name.startswith("_c10d_functional::wait_tensor"):  # a wait moves no data
                 self._record_collective(func, args, kwargs, out, dname)
         elif getattr(self._tls, "in_graph", False):
+            if would:
+                fallback = self._would_fall_back(func, ins, outs)
             if fallback is not None:
                 self._record_fallback(name, fallback, ins, outs)
         elif kind == "view":
@@ -489,6 +497,8 @@ class Collector:
                 nbytes += t.nbytes
             flops = int(info.flops(*args, **kwargs, out_val=out)) if info.flops is not None else 0
             self.ops[self.step][(name, dname, kind, flops, nbytes, len(ins) + len(outs))] += 1
+            if would:
+                fallback = self._would_fall_back(func, ins, outs)
             if fallback is not None:
                 self._record_fallback(name, fallback, ins, outs)
         if outs and self.dry is None:  # views too: a view keeps its storage alive
@@ -501,10 +511,8 @@ class Collector:
         ):
             self._sample(core)
 
-    def _would_fall_back(self, func, args, kwargs, out):
+    def _would_fall_back(self, func, ins, outs):
         """The reason a real run of this op on neuron would fall back to CPU, or None."""
-        ins = _tensors(kwargs.values(), _tensors(args, []))
-        outs = _tensors((out,) if isinstance(out, torch.Tensor) else out if isinstance(out, (list, tuple)) else (), [])
         dtypes = tuple(sorted({t.dtype for t in ins + outs if t.device.type == "neuron"}, key=str))
         if not dtypes or func.name().split(".")[0] in _MEMORY_KERNEL_OPS:
             return None

@@ -33,6 +33,7 @@ from ._collect import _SITE, _user_frame
 from ._collect import _frame_site as _site
 
 _aten = torch.ops.aten
+_PRIM_DEVICE = torch.ops.prim.device.default
 _PEAK_STEP = 1.02  # re-take the snapshot of live storages when usage grows by 2%
 _TOP_TENSORS = 10
 # Host (CPU) ops on real inputs whose results are at most this size run for real, so small
@@ -122,6 +123,8 @@ class _Mode(torch.utils._python_dispatch.TorchDispatchMode):
         return True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is _PRIM_DEVICE:  # a fake tensor's device, asked from C++: the fake mode answers
+            return func(*args)
         kwargs = kwargs or {}
         if func is _aten._local_scalar_dense.default:
             if not isinstance(args[0], _fake.FakeTensor):
@@ -131,6 +134,10 @@ class _Mode(torch.utils._python_dispatch.TorchDispatchMode):
         # Large real inputs never reach the fake mode as they are: it would compute on them.
         args, kwargs = _fake.fakeify(self.dry._fake, args, kwargs, _REAL_HOST_BYTES)
         host = host and _fake.real_host_args(args, kwargs)
+        if host and (func.is_view or _fake.host_result_is_small(func, args, kwargs, _REAL_HOST_BYTES)):
+            out = _fake.run_real(func, args, kwargs)  # a view makes no data: its size is known after
+            if not func.is_view or _fake.small_host_result(out, _REAL_HOST_BYTES):
+                return out
         try:
             out = func(*args, **kwargs)  # the fake run: shapes only
         except Exception as e:

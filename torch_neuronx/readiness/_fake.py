@@ -124,12 +124,36 @@ def fakeify(mode: FakeTensorMode, args, kwargs, min_bytes: int = 0):
     return tuple(conv(a) for a in args), {k: conv(v) for k, v in kwargs.items()}
 
 
-def small_host_result(out, limit: int) -> bool:
-    """The (fake) results are host tensors of at most `limit` bytes in all."""
+def _meta_like(a):
+    if isinstance(a, torch.Tensor):
+        return torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta")
+    if isinstance(a, (list, tuple)):
+        return type(a)(_meta_like(b) for b in a)
+    return a
+
+
+def host_result_is_small(func, args, kwargs, limit: int) -> bool:
+    """An ATen op on real host tensors makes results of at most `limit` bytes in all, as its
+    meta kernel says (shapes only, no data: far cheaper than the fake mode, which converts
+    every real input to a fake one first). False when the meta kernel cannot say."""
+    if func.namespace != "aten" or not any(isinstance(a, torch.Tensor) for a in _leaves(args, kwargs)):
+        return False  # factories (whose size is in their arguments) and other namespaces: ask the fake mode
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    try:
+        with _disable_current_modes():
+            out = func(*_meta_like(args), **{k: _meta_like(v) for k, v in kwargs.items()})
+    except Exception:  # no meta kernel, a value-dependent shape, an input view past its storage
+        return False
+    return small_host_result(out, limit, device="meta")
+
+
+def small_host_result(out, limit: int, device: str = "cpu") -> bool:
+    """The (fake) results are host tensors (on `device`) of at most `limit` bytes in all."""
     total = 0
     for t in out if isinstance(out, (list, tuple)) else (out,):
         if isinstance(t, torch.Tensor):
-            if t.device.type != "cpu":
+            if t.device.type != device:
                 return False
             total += t.numel() * t.element_size()
     return total <= limit

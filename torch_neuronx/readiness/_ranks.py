@@ -1,13 +1,17 @@
 """A dry run of a torchrun job: every rank, without a Python interpreter's imports per rank.
 
 ``python -m torch_neuronx.readiness._ranks --raw DIR --nnodes N --nproc-per-node P
-[--workers W] (script.py | -m module) [args]``: what ``torch-neuronx check --dry-run``
-starts for ``torchrun``. This process imports what the script imports once, hosts the
-job's rendezvous store (as torchrun's agent does), then forks one child per rank, at
-most W at a time; each child sets the rank's torchrun environment and runs the script
+[--workers W] [--ranks SPEC] (script.py | -m module) [args]``: what ``torch-neuronx check
+--dry-run`` starts for ``torchrun``. With ``--ranks`` only those ranks of the job run, with
+their real rank and world size; nothing in a dry run waits for the others (the fake process
+group's collectives complete at once, and no rendezvous step counts the ranks).
+
+This process imports what the script imports once, hosts the job's rendezvous store (as
+torchrun's agent does), then forks one child per rank, at most W at a time; each child sets the rank's torchrun environment and runs the script
 under a dry-run recording (``_launch``), writing DIR/rank<R>.json. Children share the
 parent's imported modules copy-on-write, so a rank costs its own tensors and objects,
-not a fresh interpreter. Rank 0 prints to the terminal; the others to DIR/rank<R>.log.
+not a fresh interpreter. The first rank run prints to the terminal; the others to
+DIR/rank<R>.log.
 """
 
 from __future__ import annotations
@@ -92,11 +96,49 @@ def _rank_env(rank: int, nproc: int, world: int, port: int) -> dict:
     }
 
 
-def _child(rank: int, env: dict, raw_dir: str, target: list[str]) -> int:
+class AsRank:
+    """This process as rank `rank` of a job of `world` ranks, for a dry run in process: the
+    rank's torchrun environment (``init_process_group("neuron")`` then gives the real rank
+    and world size, so DeviceMesh coordinates are the real ones) and the job's store hosted
+    here. Nothing waits for the other ranks, which are not run. On exit the process group
+    made inside (a fake one) is destroyed and the environment restored."""
+
+    def __init__(self, rank: int, world: int, nproc_per_node: int | None = None):
+        if not 0 <= rank < world:
+            raise ValueError(f"rank {rank} is not in a job of world size {world} (ranks 0-{world - 1})")
+        self.rank, self.world, self.nproc = rank, world, nproc_per_node
+        self._store = None
+        self._prev = None
+
+    def __enter__(self) -> "AsRank":
+        import torch
+        import torch.distributed as dist
+
+        from .. import _settings
+
+        if dist.is_initialized():
+            raise RuntimeError("a process group already exists in this process; dry-run as another rank before it")
+        nproc = self.nproc or min(self.world, torch.neuron.device_count())
+        self._store = dist.TCPStore("127.0.0.1", 0, self.world, is_master=True, wait_for_workers=False)
+        self._prev = _settings.set_rank_environment(_rank_env(self.rank, nproc, self.world, self._store.port))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import torch.distributed as dist
+
+        from .. import _settings
+
+        if dist.is_initialized():
+            dist.destroy_process_group()  # a fake group: no real run may use it
+        _settings.set_rank_environment(self._prev)
+        self._store = None
+
+
+def _child(rank: int, env: dict, raw_dir: str, target: list[str], terminal: bool) -> int:
     from .. import _settings
 
     _settings.set_rank_environment(env)
-    if rank != 0:
+    if not terminal:
         log = os.open(os.path.join(raw_dir, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(log, 1)
         os.dup2(log, 2)
@@ -105,11 +147,35 @@ def _child(rank: int, env: dict, raw_dir: str, target: list[str]) -> int:
     return _launch.main(["--raw", raw_dir, "--dry-run"] + target)
 
 
-def run(raw_dir: str, nnodes: int, nproc: int, workers: int, target: list[str]) -> int:
-    """Runs every rank of the job; returns the highest exit status."""
+def parse_ranks(spec: str, world: int | None = None) -> list[int]:
+    """``"0,31"`` or ``"0-3,63"`` -> the sorted ranks it names (within ``world`` when given)."""
+    ranks = set()
+    for part in spec.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()):
+            raise ValueError(f"{spec!r} is not a list of ranks; write e.g. 0,31 or 0-3,63")
+        first, last = int(lo), int(hi) if dash else int(lo)
+        if last < first:
+            raise ValueError(f"{part.strip()!r} in {spec!r} is an empty range; write the lower rank first")
+        ranks.update(range(first, last + 1))
+    if world is not None and max(ranks) >= world:
+        raise ValueError(f"rank {max(ranks)} is not in the job: its world size is {world} (ranks 0-{world - 1})")
+    return sorted(ranks)
+
+
+def run(raw_dir: str, nnodes: int, nproc: int, workers: int, target: list[str], ranks: list | None = None) -> int:
+    """Runs the job's ranks (all, or only `ranks`: the others are not simulated, and nothing
+    waits for them); returns the highest exit status."""
     import torch.distributed as dist
 
+    from ._report import _ranges
+
     world = nnodes * nproc
+    ranks = list(range(world)) if ranks is None else ranks
+    if len(ranks) < world:
+        print(
+            f"torch-neuronx check: dry run of ranks {_ranges(ranks)} of {world}; the other {world - len(ranks)} are not run"
+        )
     os.makedirs(raw_dir, exist_ok=True)
     preimport(target)
     store = dist.TCPStore("127.0.0.1", 0, world, is_master=True, wait_for_workers=False)
@@ -123,10 +189,10 @@ def run(raw_dir: str, nnodes: int, nproc: int, workers: int, target: list[str]) 
         rc = os.waitstatus_to_exitcode(status)
         if rc:
             worst = max(worst, rc if rc > 0 else 1)
-            if rank:
+            if rank != ranks[0]:
                 print(f"torch-neuronx check: rank {rank} exited with {rc}; its output: {raw_dir}/rank{rank}.log")
 
-    for rank in range(world):
+    for rank in ranks:
         while len(running) >= workers:
             reap()
         sys.stdout.flush()
@@ -135,7 +201,7 @@ def run(raw_dir: str, nnodes: int, nproc: int, workers: int, target: list[str]) 
         if pid == 0:  # the rank
             rc = 1
             try:
-                rc = _child(rank, _rank_env(rank, nproc, world, store.port), raw_dir, target)
+                rc = _child(rank, _rank_env(rank, nproc, world, store.port), raw_dir, target, rank == ranks[0])
             finally:
                 sys.stdout.flush()
                 sys.stderr.flush()
@@ -152,10 +218,17 @@ def main(argv: list[str]) -> int:
     p.add_argument("--nnodes", type=int, default=1)
     p.add_argument("--nproc-per-node", type=int, default=1)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--ranks", help="only these ranks of the job, e.g. 0,31 or 0-3,63 (default: all)")
     opts, target = p.parse_known_args(argv)
     if not target:
         p.error("give the script (or -m module) and its arguments")
-    return run(opts.raw, opts.nnodes, opts.nproc_per_node, max(1, opts.workers), target)
+    ranks = None
+    if opts.ranks:
+        try:
+            ranks = parse_ranks(opts.ranks, opts.nnodes * opts.nproc_per_node)
+        except ValueError as e:
+            p.error(str(e))
+    return run(opts.raw, opts.nnodes, opts.nproc_per_node, max(1, opts.workers), target, ranks)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,7 @@ class Report:
             "capacity_per_core": cap,
             "capacity_is_override": bool(capacity),
             "ranks": len(raws),
+            **_ranks_run(raws),
             "steps": raws[0]["steps"],
             "wall_seconds": max(r["wall_seconds"] for r in raws),
             "errors": {r["rank"]: r["error"] for r in raws if r["error"]},
@@ -104,9 +105,11 @@ class Report:
         d = self.data
         lines = [f"torch-neuronx readiness{' (dry run)' if d['dry_run'] else ''}: {d['verdict']}"]
         lines.append(
-            f"  target           {d['instance_type']}, LNC={d['lnc']}, {d['ranks']} rank(s), "
+            f"  target           {d['instance_type']}, LNC={d['lnc']}, {_ranks_phrase(d)}, "
             f"{d['steps']} optimizer step(s) seen"
         )
+        if d["ranks_not_run"]:
+            lines.append(f"  not run          {_not_run_sentence(d)}")
         n_calls = sum(f["count"] for f in d["fallbacks"])
         lines.append(f"  CPU fallbacks    {len(d['fallbacks'])} op(s), {n_calls} call(s)")
         for f in d["fallbacks"][:5]:
@@ -246,9 +249,11 @@ def _summary(d) -> list:
         f"Verdict: **{d['verdict']}**\n\nTarget {d['instance_type']} at LNC={d['lnc']} "
         f"({_fmt_bytes(d['capacity_per_core'])} HBM per logical core"
         f"{', capacity set by the user' if d['capacity_is_override'] else ''}); "
-        f"{d['ranks']} rank(s); {d['steps']} optimizer step(s) seen; "
+        f"{_ranks_phrase(d)}; {d['steps']} optimizer step(s) seen; "
         f"{d['wall_seconds']:.1f} s on the simulator."
     )
+    if d["ranks_not_run"]:
+        intro += f"\n\n**Not run:** {_not_run_sentence(d)}"
     if d["command"]:
         intro += f"\n\nCommand: `{d['command']}`"
     for rank, err in d["errors"].items():
@@ -260,6 +265,29 @@ def _summary(d) -> list:
         )
     out.append(("Summary", intro, None, None))
     return out
+
+
+def _ranks_run(raws) -> dict:
+    """The job's world size and the ranks of it that have no recording here (not run)."""
+    world = max(int(r.get("world_size") or 1) for r in raws)
+    ran = {int(r["rank"]) for r in raws}
+    return {"world_size": world, "ranks_run": sorted(ran), "ranks_not_run": sorted(set(range(world)) - ran)}
+
+
+def _ranks_phrase(d) -> str:
+    if d["ranks_not_run"]:
+        return f"{d['ranks']} of {d['world_size']} ranks run ({_ranges(d['ranks_run'])})"
+    return f"{d['ranks']} rank(s)"
+
+
+def _not_run_sentence(d) -> str:
+    n = len(d["ranks_not_run"])
+    return (
+        f"rank{'s' if n > 1 else ''} {_ranges(d['ranks_not_run'])} of the job's {d['world_size']} "
+        f"{'were' if n > 1 else 'was'} not run: {'their' if n > 1 else 'its'} memory, ops, collectives and "
+        "time are unknown. Every figure in this report is of the ranks run only; nothing is extrapolated "
+        "to the others."
+    )
 
 
 def _dry_run(d) -> list:
@@ -464,9 +492,10 @@ def _estimates(d) -> list:
     out = [
         (
             "Estimated time on Trainium",
-            f"Per {scope}, slowest rank; the target instance first. MFU: the step's matmul-like FLOPs over "
-            "all ranks' Tensor Engine dense peak for their main dtype in that time. The shares split the "
-            "step's time between the model's terms.",
+            f"Per {scope}, slowest rank{' of the ranks run' if d['ranks_not_run'] else ''}; the target "
+            "instance first. MFU: the step's matmul-like FLOPs over "
+            f"all{' run' if d['ranks_not_run'] else ''} ranks' Tensor Engine dense peak for their main dtype "
+            "in that time. The shares split the step's time between the model's terms.",
             ["instance", "chip", "LNC", "time", "MFU"] + list(_SHARES) + ["dominated by"],
             rows,
         )
@@ -750,4 +779,7 @@ def _verdict(d) -> str:
             f"runs with {len(d['fallbacks'])} fallback{'s' if len(d['fallbacks']) > 1 else ''} "
             f"({sum(f['count'] for f in d['fallbacks'])} calls on CPU)"
         )
-    return "; ".join(problems) if problems else "runs natively"
+    verdict = "; ".join(problems) if problems else "runs natively"
+    if d["ranks_not_run"]:
+        verdict += f" (on the ranks run, {_ranges(d['ranks_run'])} of {d['world_size']}; the others unknown)"
+    return verdict
