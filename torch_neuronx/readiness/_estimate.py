@@ -172,7 +172,60 @@ def estimate(raws: list, chip: str, lnc: int, fp32_precision: str = "highest", i
     slowest = max(per_rank, key=lambda e: e["step_seconds"])
     out = {"chip": chip, "lnc": lnc, "instance": instance, "missing": None, "figures": fig, **slowest}
     out.update(_utilisation(per_rank, slowest["step_seconds"], fig, fp32_precision))
+    out["phases"] = phases(raws, fig, fp32_precision)
     return out
+
+
+_PHASES = ("prefill", "decode")
+
+
+def phases(raws: list, fig: dict, prec: str = "highest") -> dict | None:
+    """Estimates of a generation's phases: the median prefill (time to first token) and the median
+    decode step (time per output token), each of the slowest rank, with its terms, shares and MFU.
+    None when the run has no decode step (training, or forwards without a KV cache); a dict with
+    only `missing` when forwards ran inside torch.compile, where module hooks do not delimit them."""
+    recorded = [r.get("forwards") or {"buckets": [], "compiled_outside": False} for r in raws]
+    if not any(b["phase"] == "decode" for f in recorded for b in f["buckets"]):
+        return None
+    if any(f["compiled_outside"] for f in recorded):
+        return {"missing": "forwards ran inside torch.compile, where module hooks do not delimit them"}
+    out = {}
+    for phase in _PHASES:
+        per_rank = []
+        for raw, f in zip(raws, recorded):
+            buckets = [b for b in f["buckets"] if b["phase"] == phase]
+            if buckets:
+                per_rank.append(_phase_rank(raw, buckets, fig, prec))
+        if not per_rank:
+            out[phase] = None
+            continue
+        slowest = max(per_rank, key=lambda e: e["seconds"])
+        util = _utilisation(per_rank, slowest["seconds"], fig, prec)
+        out[phase] = {**slowest, "mfu": util["mfu"], "mfu_dtype": util["mfu_dtype"], "model_flops": util["model_flops"]}
+    return out
+
+
+def _phase_rank(raw: dict, buckets: list, fig: dict, prec: str) -> dict:
+    """One rank's median bucket of a phase: its seconds, terms and shares."""
+    parts = raw.get("graph_parts", {})
+    graph_seconds = {g: sum(op_time(fig, *p, prec)[0] for p in ps) for g, ps in parts.items()}
+    scoped = [(b["ops"], b["collectives"], b["graphs"]) for b in buckets]
+    seconds = _bucket_seconds({"ops": [s[0] for s in scoped], "collectives": [s[1] for s in scoped],
+                               "graphs": [s[2] for s in scoped]}, fig, prec, graph_seconds)  # fmt: skip
+    median = statistics.median(seconds)
+    i = min(range(len(seconds)), key=lambda j: abs(seconds[j] - median))
+    terms, by_op, tensor_flops = _breakdown([scoped[i]], parts, fig, prec)
+    total = sum(terms.values()) or 1.0
+    return {
+        "seconds": median,
+        "count": len(buckets),
+        "tokens": buckets[i]["tokens"],
+        "terms": terms,
+        "term_shares": {k: v / total for k, v in terms.items()},
+        "dominant": max(terms, key=terms.get),
+        "tensor_flops": tensor_flops,
+        "ops": sorted(by_op.values(), key=lambda e: -e["seconds"])[:20],
+    }
 
 
 def _utilisation(per_rank: list, seconds: float, fig: dict, prec: str) -> dict:
