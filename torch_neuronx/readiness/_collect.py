@@ -145,6 +145,9 @@ class _FuncInfo:
 
         self.name = func.name()
         self.flops = flop_registry.get(func._overloadpacket)
+        if self.flops is None and func._overloadpacket is torch.ops.aten._scaled_dot_product_flash_attention_for_cpu:
+            # the flash-attention form SDPA takes on this device: the same FLOPs as the CUDA one
+            self.flops = flop_registry.get(torch.ops.aten._scaled_dot_product_flash_attention)
         if self.name.split("::")[0] in ("c10d", "_c10d_functional"):
             self.kind = "collective" if func in _collective_ops() else "other"
         elif self.name.startswith("prim::"):

@@ -37,6 +37,9 @@ ASSUMPTIONS = (
     "collectives: ring algorithm, 10 us per ring step (calibrated on AWS's published nccom-test "
     "latencies), each rank's ring bandwidth the chip's NeuronLink bandwidth shared by its "
     "logical cores.",
+    "collectives inside one trn2/trn3 instance: the latency of the algorithm AWS's runtime picks by "
+    "size (Mesh below 1 MB: 2 hops per reduce-scatter or all-gather; RDH to 56 MB: 1 + log2(chips) "
+    "hops; KangaRing above: half a ring's), 2 us per hop (AWS: about 1-2 us); bandwidth as a ring.",
     "Ops on host (CPU) tensors are not timed. Engines do not overlap one op with the next.",
     "A chip for which AWS publishes no figure the model needs (trn1: the DMA fixed cost) is not "
     "estimated; its line says which figure is missing.",
@@ -91,7 +94,27 @@ def core_figures(chip: str, lnc: int, instance: str | None = None) -> dict:
         "dma_fixed_s": spec.dma_fixed_s,
         "link_bytes_per_s": link / (spec.physical_cores // lnc),
         "collective_step_latency_s": hw.COLLECTIVE_STEP_LATENCY_S,
+        **_intranode_figures(spec, lnc, instance),
     }
+
+
+def _intranode_figures(spec, lnc: int, instance: str | None) -> dict:
+    """Ranks per chip and in the instance, where AWS publishes how collectives run inside one."""
+    if spec.name not in hw.INTRANODE_CHIPS or not instance:
+        return {"intranode_ranks": None}
+    per_chip = spec.physical_cores // lnc
+    return {"intranode_ranks": hw.INSTANCES[instance].chips * per_chip, "ranks_per_chip": per_chip}
+
+
+def _intranode_hops(name: str, nbytes: int, size: int, per_chip: int) -> int:
+    """Hops of the algorithm the Neuron runtime picks for a collective inside one instance."""
+    halves = 2 if name in ("allreduce", "all_reduce") else 1  # all-reduce: reduce-scatter + all-gather
+    if nbytes < hw.INTRANODE_MESH_MAX_BYTES:
+        return 2 * halves
+    if nbytes <= hw.INTRANODE_RDH_MAX_BYTES:
+        chips = max(1, -(-size // per_chip))
+        return (1 + max(0, (chips - 1).bit_length())) * halves
+    return max(1, (size - 1) // 2) * halves
 
 
 def _tensor_rate(fig: dict, dtype: str, fp32_precision: str) -> float:
@@ -153,6 +176,8 @@ def collective_time(fig: dict, name: str, nbytes: int, size: int) -> tuple:
         return 0.0, 0.0, 0.0
     steps, sent = _RING.get(name, lambda n, b: (n - 1, b))(size, nbytes)
     lat = steps * fig["collective_step_latency_s"]
+    if fig.get("intranode_ranks") and size <= fig["intranode_ranks"] and name in _RING:
+        lat = _intranode_hops(name, nbytes, size, fig["ranks_per_chip"]) * hw.INTRANODE_HOP_LATENCY_S
     bw = sent / fig["link_bytes_per_s"]
     return lat + bw, lat, bw
 
