@@ -128,7 +128,9 @@ def recording(path: str | None = None, layers: int | None = None) -> dict:
         env = dict(os.environ, TORCH_NEURONX_INSTANCE_TYPE=INSTANCE, NEURON_LOGICAL_NC_CONFIG=str(LNC))
         env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE=str(TP), HF_HUB_OFFLINE="1")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, env.get("PYTHONPATH")) if p)
-        cmd = [sys.executable, os.path.abspath(__file__), "--_record", out] + (["--layers", str(layers)] if layers else [])
+        cmd = [sys.executable, os.path.abspath(__file__), "--_record", out] + (
+            ["--layers", str(layers)] if layers else []
+        )
         subprocess.run(cmd, env=env, check=True)
         with open(out) as f:
             return json.load(f)
