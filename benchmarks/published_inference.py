@@ -83,7 +83,7 @@ def _record(out: str, layers: int | None) -> None:
     from transformers.distributed import DistributedConfig
 
     import torch_neuronx
-    from torch_neuronx.readiness import header_only_checkpoint
+    from torch_neuronx.readiness import _estimate, _report, header_only_checkpoint  # noqa: F401  (loaded now, as run)
 
     cfg = dict(LLAMA_405B, num_key_value_heads=LLAMA_405B["num_key_value_heads"] * KV_REPLICATION)
     if layers:
@@ -91,7 +91,8 @@ def _record(out: str, layers: int | None) -> None:
     with tempfile.TemporaryDirectory() as path:
         header_only_checkpoint(LlamaConfig(**cfg), path)
         t0 = time.perf_counter()
-        with torch_neuronx.readiness(dry_run=True, instance=INSTANCE, lnc=LNC) as r:
+        r = torch_neuronx.readiness(dry_run=True, instance=INSTANCE, lnc=LNC)
+        with r:
             dist.init_process_group("neuron", store=FakeStore(), rank=0, world_size=TP)
             model = AutoModelForCausalLM.from_pretrained(
                 path, distributed_config=DistributedConfig(tp_plan="auto"), dtype=torch.bfloat16

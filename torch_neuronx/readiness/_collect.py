@@ -718,18 +718,40 @@ class _Forwards:
         self.compiled_outside = False
 
     def start(self) -> None:
+        from torch._dynamo.callback import callback_handler
+        from torch._dynamo.utils import counters
         from torch.nn.modules import module
 
+        # Global module hooks change what Dynamo traces (and so its guards): code compiled
+        # without them would recompile. So no hooks once anything is compiled, and none
+        # from the moment a compile starts.
+        if counters["stats"]["unique_graphs"]:
+            self.compiled_outside = True
+            return
+        callback_handler.register_start_callback(self._on_compile)
         self._handles = (
             module.register_module_forward_pre_hook(self._pre),
             module.register_module_forward_hook(self._post, with_kwargs=True, always_call=True),
         )
 
-    def stop(self) -> None:
+    def _on_compile(self, _args=None) -> None:
+        self.compiled_outside = True
+        self._unhook()
+
+    def _unhook(self) -> None:
         for h in self._handles:
             h.remove()
         self._handles = ()
         self._cur = None
+
+    def stop(self) -> None:
+        from torch._dynamo.callback import callback_handler
+
+        try:
+            callback_handler.remove_start_callback(self._on_compile)
+        except ValueError:  # never registered (compiled before the report)
+            pass
+        self._unhook()
 
     def training(self) -> None:
         """An optimizer step ran: this is training, whose steps are the optimizer's."""

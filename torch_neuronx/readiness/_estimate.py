@@ -213,7 +213,7 @@ def phases(raws: list, fig: dict, prec: str = "highest") -> dict | None:
     if not any(b["phase"] == "decode" for f in recorded for b in f["buckets"]):
         return None
     if any(f["compiled_outside"] for f in recorded):
-        return {"missing": "forwards ran inside torch.compile, where module hooks do not delimit them"}
+        return {"missing": "torch.compile ran during the generation; its phases are estimated for eager forwards only"}
     out = {}
     for phase in _PHASES:
         per_rank = []
