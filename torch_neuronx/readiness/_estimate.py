@@ -41,6 +41,10 @@ ASSUMPTIONS = (
     "size (Mesh below 1 MB: 2 hops per reduce-scatter or all-gather; RDH to 56 MB: 1 + log2(chips) "
     "hops; KangaRing above: half a ring's), 2 us per hop (AWS: about 1-2 us); bandwidth as a ring.",
     "Ops on host (CPU) tensors are not timed. Engines do not overlap one op with the next.",
+    "generation (no optimizer step): each top-level forward and the ops up to the next one are "
+    "timed as above; a prefill is a forward without the previous one's KV cache, a decode step "
+    "one with it and one token per sequence; each phase is the median of its forwards. A KV cache "
+    "costs what its ops move: a static cache's in-place update only the rows it writes.",
     "A chip for which AWS publishes no figure the model needs (trn1: the DMA fixed cost) is not "
     "estimated; its line says which figure is missing.",
 )
