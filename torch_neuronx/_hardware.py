@@ -265,3 +265,15 @@ COLLECTIVE_STEP_LATENCY_S = 10e-6
 # engine starts at about 50% and ramps to full speed over about 3 us.
 TENSOR_ENGINE_RAMP_S = 3e-6
 TENSOR_ENGINE_RAMP_START = 0.5
+
+# Collectives inside one Trainium2/3 instance ("Intra-node Collective Communications with AWS
+# Neuron", Neuron runtime documentation, 2025-12): the runtime picks by message size Mesh below
+# 1 MB (O(1): a reduce-scatter and an all-gather of two steps each, data routed straight to every
+# chip), Recursive Doubling-Halving from 1 to 56 MB (one intra-chip step and log2(chips)
+# inter-chip steps each way) and KangaRing above 56 MB (a ring of one primary rank per pair: half
+# the ring's hops). "The per-hop latency of Ring/KangaRing is about 1-2 us (HBM load dependent)":
+# the upper end is used, as every hop of a TP all-reduce waits on HBM the layer is also reading.
+INTRANODE_CHIPS = ("trn2", "trn3")  # the chips that page describes (4 logical ranks per chip)
+INTRANODE_HOP_LATENCY_S = 2e-6
+INTRANODE_MESH_MAX_BYTES = 1 << 20
+INTRANODE_RDH_MAX_BYTES = 56 << 20

@@ -145,6 +145,9 @@ class _FuncInfo:
 
         self.name = func.name()
         self.flops = flop_registry.get(func._overloadpacket)
+        if self.flops is None and func._overloadpacket is torch.ops.aten._scaled_dot_product_flash_attention_for_cpu:
+            # the flash-attention form SDPA takes on this device: the same FLOPs as the CUDA one
+            self.flops = flop_registry.get(torch.ops.aten._scaled_dot_product_flash_attention)
         if self.name.split("::")[0] in ("c10d", "_c10d_functional"):
             self.kind = "collective" if func in _collective_ops() else "other"
         elif self.name.startswith("prim::"):
@@ -167,6 +170,22 @@ def _collective_ops():
 
         _COLLECTIVES = frozenset(collective_ops)
     return _COLLECTIVES
+
+
+# Ops that write part of a tensor in place (a static KV cache's update): they move the values
+# and indices they read and as many bytes written, not the whole destination.
+_PARTIAL_WRITES = frozenset(
+    {"aten::index_copy_", "aten::index_put_", "aten::_index_put_impl_", "aten::scatter_", "aten::slice_scatter"}
+)
+
+
+def _moved_bytes(name: str, ins: list, outs: list) -> int:
+    """HBM bytes an op moves: its inputs read and outputs written once (a partial in-place
+    write: the values and indices it reads, and the values it writes)."""
+    if name.split(".")[0] in _PARTIAL_WRITES and ins and outs and outs[0] is ins[0]:
+        src = sum(t.nbytes for t in ins[1:])
+        return 2 * src
+    return sum(t.nbytes for t in ins) + sum(t.nbytes for t in outs)
 
 
 def _nbytes(v) -> int:
@@ -327,6 +346,7 @@ class Collector:
         self.collectives: list[collections.Counter] = [collections.Counter()]
         self.graphs: list[collections.Counter] = [collections.Counter()]  # per step: graph name -> runs
         self.graph_parts: dict = {}  # graph name -> graph_parts() of one run
+        self.forwards = _Forwards()  # top-level forwards while no optimizer step has run (inference)
         self._graph_names: dict = {}  # generated module file -> graph name (None: not costed)
         self._tls = threading.local()  # .in_graph: this thread runs a costed compiled graph
         self._prev_listener = None
@@ -369,6 +389,7 @@ class Collector:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         self._hook = register_optimizer_step_post_hook(self._on_step)
+        self.forwards.start()
         log = logging.getLogger(_GRAPH_BREAK_LOGGER)
         self._log_level = log.level
         self._log_handler = _GraphBreakTap(self.graph_breaks, log.isEnabledFor(logging.DEBUG))
@@ -386,6 +407,7 @@ class Collector:
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
+        self.forwards.stop()
         if self._log_handler is not None:
             log = logging.getLogger(_GRAPH_BREAK_LOGGER)
             log.removeFilter(self._log_handler)
@@ -402,6 +424,7 @@ class Collector:
         for core in list(self._series):
             self._sample(core, force=True)
         self.step += 1
+        self.forwards.training()
         self.ops.append(collections.Counter())
         self.collectives.append(collections.Counter())
         self.graphs.append(collections.Counter())
@@ -425,6 +448,7 @@ class Collector:
         tls.in_graph = name is not None
         if name is not None:
             self.graphs[self.step][name] += 1
+            self.forwards.count("graphs", name)
 
     def _graph_exit(self) -> None:
         tls = self._tls
@@ -489,14 +513,13 @@ class Collector:
                 self._record_fallback(name, fallback, ins, outs)
         elif kind == "view":
             self.ops[self.step][(name, dname, kind, 0, 0, 0)] += 1
+            self.forwards.count("ops", (name, dname, kind, 0, 0, 0))
         else:
-            nbytes = 0
-            for t in ins:
-                nbytes += t.nbytes
-            for t in outs:
-                nbytes += t.nbytes
+            nbytes = _moved_bytes(name, ins, outs)
             flops = int(info.flops(*args, **kwargs, out_val=out)) if info.flops is not None else 0
-            self.ops[self.step][(name, dname, kind, flops, nbytes, len(ins) + len(outs))] += 1
+            key = (name, dname, kind, flops, nbytes, len(ins) + len(outs))
+            self.ops[self.step][key] += 1
+            self.forwards.count("ops", key)
             if would:
                 fallback = self._would_fall_back(func, ins, outs)
             if fallback is not None:
@@ -542,6 +565,7 @@ class Collector:
             nbytes = sum(t.nbytes for t in _tensors(args, []))
         name = func.name().split("::")[1].split(".")[0].strip("_")
         self.collectives[self.step][(name, dname, nbytes, size)] += 1
+        self.forwards.count("collectives", (name, dname, nbytes, size))
 
     # -- memory ----------------------------------------------------------------
     def _track(self, t, op) -> None:
@@ -627,6 +651,7 @@ class Collector:
             "collectives": [[list(k) + [n] for k, n in c.items()] for c in self.collectives],
             "graphs": [[[k, n] for k, n in c.items()] for c in self.graphs],
             "graph_parts": self.graph_parts,
+            "forwards": self.forwards.raw(),
             "fallbacks": [
                 {"op": k[0], "dtype": k[1], "reason": k[2], "count": sum(s.values()), "sites": dict(s.most_common())}
                 for k, s in self.fallbacks.items()
@@ -677,3 +702,130 @@ def _compile_delta(m0, m1, breaks: collections.Counter, step_recompiles: list) -
         "graph_breaks": located,
         "step_recompilations": per_step,
     }
+
+
+class _Forwards:
+    """Top-level ``nn.Module`` forwards while no optimizer step has run: the phases of
+    inference. Each bucket runs from the start of one top-level forward to the start of the
+    next (so a token's sampling counts with the forward that produced it).
+
+    A forward is a decode step when it gets the same ``past_key_values`` object as the forward
+    before it and one token per sequence (``input_ids`` / ``inputs_embeds`` / its first tensor
+    argument of shape ``(batch, 1, ...)``), as ``generate`` calls it; any other is a prefill.
+    Forwards run inside torch.compile are not seen by module hooks: a compiled graph run
+    outside an eager forward is noted, and the phases are then not estimated.
+    """
+
+    def __init__(self):
+        self.buckets: list = []
+        self._cur = None
+        self._depth = 0
+        self._off = False
+        self._prev_cache = None
+        self._handles = ()
+        self.compiled_outside = False
+
+    def start(self) -> None:
+        from torch._dynamo.callback import callback_handler
+        from torch._dynamo.utils import counters
+        from torch.nn.modules import module
+
+        # Global module hooks change what Dynamo traces (and so its guards): code compiled
+        # without them would recompile. So no hooks once anything is compiled, and none
+        # from the moment a compile starts.
+        if counters["stats"]["unique_graphs"]:
+            self.compiled_outside = True
+            return
+        callback_handler.register_start_callback(self._on_compile)
+        self._handles = (
+            module.register_module_forward_pre_hook(self._pre),
+            module.register_module_forward_hook(self._post, with_kwargs=True, always_call=True),
+        )
+
+    def _on_compile(self, _args=None) -> None:
+        self.compiled_outside = True
+        self._unhook()
+
+    def _unhook(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = ()
+        self._cur = None
+
+    def stop(self) -> None:
+        from torch._dynamo.callback import callback_handler
+
+        try:
+            callback_handler.remove_start_callback(self._on_compile)
+        except ValueError:  # never registered (compiled before the report)
+            pass
+        self._unhook()
+
+    def training(self) -> None:
+        """An optimizer step ran: this is training, whose steps are the optimizer's."""
+        self._off = True
+        self.buckets.clear()
+        self._cur = None
+
+    def count(self, what: str, key) -> None:
+        if self._cur is not None:
+            self._cur[what][key] += 1
+        elif what == "graphs" and not self._off and self.buckets:
+            self.compiled_outside = True
+
+    def _pre(self, module, args):
+        if torch.compiler.is_compiling():
+            return
+        self._depth += 1
+        if self._depth == 1 and not self._off:
+            self._cur = {
+                "phase": None,
+                "tokens": None,
+                "ops": collections.Counter(),
+                "collectives": collections.Counter(),
+                "graphs": collections.Counter(),
+            }
+            self.buckets.append(self._cur)
+
+    def _post(self, module, args, kwargs, output):
+        if torch.compiler.is_compiling():
+            return
+        self._depth = max(self._depth - 1, 0)
+        if self._depth == 0 and self._cur is not None and self._cur["phase"] is None:
+            self._cur["phase"], self._cur["tokens"] = self._classify(args, kwargs)
+
+    def _classify(self, args, kwargs) -> tuple:
+        cache = kwargs.get("past_key_values")
+        x = kwargs.get("input_ids")
+        x = kwargs.get("inputs_embeds") if x is None else x
+        if not isinstance(x, torch.Tensor):
+            x = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        tokens = int(x.shape[1]) if isinstance(x, torch.Tensor) and x.dim() >= 2 else None
+        prev, self._prev_cache = self._prev_cache, _weak(cache)
+        same_cache = cache is not None and prev is not None and prev() is cache
+        return ("decode" if same_cache and tokens == 1 else "prefill"), tokens
+
+    def raw(self) -> dict:
+        done = [b for b in self.buckets if b["phase"] is not None]
+        return {
+            "compiled_outside": self.compiled_outside,
+            "buckets": [
+                {
+                    "phase": b["phase"],
+                    "tokens": b["tokens"],
+                    "ops": [list(k) + [n] for k, n in b["ops"].items()],
+                    "collectives": [list(k) + [n] for k, n in b["collectives"].items()],
+                    "graphs": [[k, n] for k, n in b["graphs"].items()],
+                }
+                for b in done
+            ],
+        }
+
+
+def _weak(obj):
+    if obj is None:
+        return None
+    try:
+        return weakref.ref(obj)
+    except TypeError:  # not weak-referenceable: keep it (a cache lives as long as its generate anyway)
+        return lambda: obj

@@ -69,6 +69,27 @@ _KNOWN_COMBINE = {  # op -> how a known result follows from known inputs
     _aten.view.default: lambda a: a[0],
     _aten.squeeze.default: lambda a: a[0],
     _aten.unsqueeze.default: lambda a: a[0],
+    _aten.max.default: lambda a: a[0],
+    _aten.min.default: lambda a: a[0],
+}
+# Tensors made from a Python value have it: generate()'s stopping criteria build their flags with
+# torch.full from the (known) length, so a dry run stops at max_new_tokens like a real run in which
+# no token is an end-of-sequence token.
+_KNOWN_FILL = {
+    _aten.full.default: lambda args: args[1],
+    _aten.ones.default: lambda args: 1,
+    _aten.zeros.default: lambda args: 0,
+}
+_KNOWN_SCALAR = {  # op -> its known result from a known tensor and its Python scalar argument
+    _aten.eq.Scalar: lambda v, s: v == s,
+    _aten.ne.Scalar: lambda v, s: v != s,
+}
+# and/or with one input known decide without the other: x & False is False, x | True is True.
+_DECIDING = {
+    _aten.bitwise_and.Tensor: False,
+    _aten.logical_and.default: False,
+    _aten.bitwise_or.Tensor: True,
+    _aten.logical_or.default: True,
 }
 # Opcodes that branch on the value just computed: the Python value of a tensor feeds control flow.
 _BRANCH_OPS = frozenset(
@@ -240,14 +261,35 @@ class DryRun:
             return
         _fake.forget_outputs(self._fake, tensors)
         self._account_outputs(func, out)  # factories; the fake mode reported the others already
-        known = _FINITE_CHECKS.get(func)
-        if known is None and func in _KNOWN_COMBINE:
-            ins = [self._known_value(a) for a in args if isinstance(a, torch.Tensor)]
-            if ins and all(v is not None for v in ins):
-                known = _KNOWN_COMBINE[func](ins)
+        self._forget_written(func, args)
+        known = self._derive_known(func, args)
         if known is not None and isinstance(out, torch.Tensor):
             i = id(out)
             self._known[i] = (weakref.ref(out, lambda _r: self._known.pop(i, None)), known)
+
+    def _derive_known(self, func, args):
+        """The value of the op's result when it follows from known inputs, else None."""
+        known = _FINITE_CHECKS.get(func)
+        if known is not None:
+            return known
+        if func in _KNOWN_FILL and all(not isinstance(a, torch.Tensor) for a in args):
+            return _KNOWN_FILL[func](args)
+        ins = [self._known_value(a) for a in args if isinstance(a, torch.Tensor)]
+        if func in _DECIDING and any(v is not None and bool(v) == _DECIDING[func] for v in ins):
+            return _DECIDING[func]
+        if not ins or any(v is None for v in ins):
+            return None
+        if func in _KNOWN_SCALAR and len(args) > 1:
+            return _KNOWN_SCALAR[func](ins[0], args[1])
+        if func in _KNOWN_COMBINE:
+            return _KNOWN_COMBINE[func](ins)
+        return None
+
+    def _forget_written(self, func, args) -> None:
+        """An in-place op changes its input: a value known before is no longer."""
+        for a, spec in zip(args, func._schema.arguments):
+            if isinstance(a, torch.Tensor) and spec.alias_info is not None and spec.alias_info.is_write:
+                self._known.pop(id(a), None)
 
     def _known_value(self, t):
         entry = self._known.get(id(t))

@@ -37,7 +37,14 @@ ASSUMPTIONS = (
     "collectives: ring algorithm, 10 us per ring step (calibrated on AWS's published nccom-test "
     "latencies), each rank's ring bandwidth the chip's NeuronLink bandwidth shared by its "
     "logical cores.",
+    "collectives inside one trn2/trn3 instance: the latency of the algorithm AWS's runtime picks by "
+    "size (Mesh below 1 MB: 2 hops per reduce-scatter or all-gather; RDH to 56 MB: 1 + log2(chips) "
+    "hops; KangaRing above: half a ring's), 2 us per hop (AWS: about 1-2 us); bandwidth as a ring.",
     "Ops on host (CPU) tensors are not timed. Engines do not overlap one op with the next.",
+    "generation (no optimizer step): each top-level forward and the ops up to the next one are "
+    "timed as above; a prefill is a forward without the previous one's KV cache, a decode step "
+    "one with it and one token per sequence; each phase is the median of its forwards. A KV cache "
+    "costs what its ops move: a static cache's in-place update only the rows it writes.",
     "A chip for which AWS publishes no figure the model needs (trn1: the DMA fixed cost) is not "
     "estimated; its line says which figure is missing.",
 )
@@ -91,7 +98,27 @@ def core_figures(chip: str, lnc: int, instance: str | None = None) -> dict:
         "dma_fixed_s": spec.dma_fixed_s,
         "link_bytes_per_s": link / (spec.physical_cores // lnc),
         "collective_step_latency_s": hw.COLLECTIVE_STEP_LATENCY_S,
+        **_intranode_figures(spec, lnc, instance),
     }
+
+
+def _intranode_figures(spec, lnc: int, instance: str | None) -> dict:
+    """Ranks per chip and in the instance, where AWS publishes how collectives run inside one."""
+    if spec.name not in hw.INTRANODE_CHIPS or not instance:
+        return {"intranode_ranks": None}
+    per_chip = spec.physical_cores // lnc
+    return {"intranode_ranks": hw.INSTANCES[instance].chips * per_chip, "ranks_per_chip": per_chip}
+
+
+def _intranode_hops(name: str, nbytes: int, size: int, per_chip: int) -> int:
+    """Hops of the algorithm the Neuron runtime picks for a collective inside one instance."""
+    halves = 2 if name in ("allreduce", "all_reduce") else 1  # all-reduce: reduce-scatter + all-gather
+    if nbytes < hw.INTRANODE_MESH_MAX_BYTES:
+        return 2 * halves
+    if nbytes <= hw.INTRANODE_RDH_MAX_BYTES:
+        chips = max(1, -(-size // per_chip))
+        return (1 + max(0, (chips - 1).bit_length())) * halves
+    return max(1, (size - 1) // 2) * halves
 
 
 def _tensor_rate(fig: dict, dtype: str, fp32_precision: str) -> float:
@@ -153,6 +180,8 @@ def collective_time(fig: dict, name: str, nbytes: int, size: int) -> tuple:
         return 0.0, 0.0, 0.0
     steps, sent = _RING.get(name, lambda n, b: (n - 1, b))(size, nbytes)
     lat = steps * fig["collective_step_latency_s"]
+    if fig.get("intranode_ranks") and size <= fig["intranode_ranks"] and name in _RING:
+        lat = _intranode_hops(name, nbytes, size, fig["ranks_per_chip"]) * hw.INTRANODE_HOP_LATENCY_S
     bw = sent / fig["link_bytes_per_s"]
     return lat + bw, lat, bw
 
@@ -172,7 +201,60 @@ def estimate(raws: list, chip: str, lnc: int, fp32_precision: str = "highest", i
     slowest = max(per_rank, key=lambda e: e["step_seconds"])
     out = {"chip": chip, "lnc": lnc, "instance": instance, "missing": None, "figures": fig, **slowest}
     out.update(_utilisation(per_rank, slowest["step_seconds"], fig, fp32_precision))
+    out["phases"] = phases(raws, fig, fp32_precision)
     return out
+
+
+_PHASES = ("prefill", "decode")
+
+
+def phases(raws: list, fig: dict, prec: str = "highest") -> dict | None:
+    """Estimates of a generation's phases: the median prefill (time to first token) and the median
+    decode step (time per output token), each of the slowest rank, with its terms, shares and MFU.
+    None when the run has no decode step (training, or forwards without a KV cache); a dict with
+    only `missing` when forwards ran inside torch.compile, where module hooks do not delimit them."""
+    recorded = [r.get("forwards") or {"buckets": [], "compiled_outside": False} for r in raws]
+    if not any(b["phase"] == "decode" for f in recorded for b in f["buckets"]):
+        return None
+    if any(f["compiled_outside"] for f in recorded):
+        return {"missing": "torch.compile ran during the generation; its phases are estimated for eager forwards only"}
+    out = {}
+    for phase in _PHASES:
+        per_rank = []
+        for raw, f in zip(raws, recorded):
+            buckets = [b for b in f["buckets"] if b["phase"] == phase]
+            if buckets:
+                per_rank.append(_phase_rank(raw, buckets, fig, prec))
+        if not per_rank:
+            out[phase] = None
+            continue
+        slowest = max(per_rank, key=lambda e: e["seconds"])
+        util = _utilisation(per_rank, slowest["seconds"], fig, prec)
+        out[phase] = {**slowest, "mfu": util["mfu"], "mfu_dtype": util["mfu_dtype"], "model_flops": util["model_flops"]}
+    return out
+
+
+def _phase_rank(raw: dict, buckets: list, fig: dict, prec: str) -> dict:
+    """One rank's median bucket of a phase: its seconds, terms and shares."""
+    parts = raw.get("graph_parts", {})
+    graph_seconds = {g: sum(op_time(fig, *p, prec)[0] for p in ps) for g, ps in parts.items()}
+    scoped = [(b["ops"], b["collectives"], b["graphs"]) for b in buckets]
+    seconds = _bucket_seconds({"ops": [s[0] for s in scoped], "collectives": [s[1] for s in scoped],
+                               "graphs": [s[2] for s in scoped]}, fig, prec, graph_seconds)  # fmt: skip
+    median = statistics.median(seconds)
+    i = min(range(len(seconds)), key=lambda j: abs(seconds[j] - median))
+    terms, by_op, tensor_flops = _breakdown([scoped[i]], parts, fig, prec)
+    total = sum(terms.values()) or 1.0
+    return {
+        "seconds": median,
+        "count": len(buckets),
+        "tokens": buckets[i]["tokens"],
+        "terms": terms,
+        "term_shares": {k: v / total for k, v in terms.items()},
+        "dominant": max(terms, key=terms.get),
+        "tensor_flops": tensor_flops,
+        "ops": sorted(by_op.values(), key=lambda e: -e["seconds"])[:20],
+    }
 
 
 def _utilisation(per_rank: list, seconds: float, fig: dict, prec: str) -> dict:

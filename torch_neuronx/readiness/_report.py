@@ -132,13 +132,15 @@ class Report:
             lines.append(f"  dry run          no data; {n} value read(s) got placeholders (listed in the report)")
         for e in d["estimates"]:
             lines.append(f"  est. {_est_label(e):<34} {_est_line(e)}")
+            lines += [f"       {label:<34} {text}" for label, text in _phase_lines(e)]
         return "\n".join(lines)
 
     def _sections(self) -> list:
         """[(title, text, headers, rows)]: the one layout Markdown and HTML render."""
         d = self.data
         out = []
-        for part in (_summary, _dry_run, _fallbacks, _compile, _memory_sections, _collective_section, _estimates):
+        parts = (_summary, _dry_run, _fallbacks, _compile, _memory_sections, _collective_section, _estimates, _phases)
+        for part in parts:
             out += part(d)
         return out
 
@@ -566,6 +568,56 @@ def _est_line(e) -> str:
     shares = ", ".join(f"{k} {v:.0%}" for k, v in sorted(e["shares"].items(), key=lambda kv: -kv[1]))
     mfu = "MFU -" if e["mfu"] is None else f"MFU {e['mfu']:.1%}"
     return f"{_fmt_s(e['step_seconds'])} {unit}, {mfu}; {shares}"
+
+
+_PHASE_LABELS = {"prefill": "prefill (time to first token)", "decode": "decode step (time per output token)"}
+
+
+def _phase_text(p: dict) -> str:
+    mfu = "MFU -" if p["mfu"] is None else f"MFU {p['mfu']:.1%}"
+    shares = ", ".join(f"{k} {v:.0%}" for k, v in sorted(p["term_shares"].items(), key=lambda kv: -kv[1]) if v >= 0.005)
+    return f"{_fmt_s(p['seconds'])} (median of {p['count']}, {p['tokens']} token(s)), {mfu}; {shares}"
+
+
+def _phase_lines(e) -> list:
+    """[(label, text)] of an estimate's generation phases, for the summary."""
+    ph = e.get("phases")
+    if not ph:
+        return []
+    if ph.get("missing"):
+        return [("generation phases", f"not estimated: {ph['missing']}")]
+    return [(_PHASE_LABELS[k], _phase_text(p)) for k, p in ph.items() if p]
+
+
+def _phases(d) -> list:
+    """The estimate of each phase of a generation (prefill, decode step), per chip."""
+    rows = []
+    for e in d["estimates"]:
+        ph = e.get("phases")
+        if e["missing"] or not ph or ph.get("missing"):
+            continue
+        for k, p in ph.items():
+            if p:
+                shares = [f"{p['term_shares'][t]:.0%}" for t in p["term_shares"]]
+                rows.append([e["instance"], e["chip"], e["lnc"], _PHASE_LABELS[k], p["tokens"], p["count"],
+                             _fmt_s(p["seconds"]), _fmt_mfu(p)] + shares + [p["dominant"]])  # fmt: skip
+    if not rows:
+        return []
+    terms = list(next(p for e in d["estimates"] for p in (e.get("phases") or {}).values() if p)["term_shares"])
+    text = (
+        "Forwards of the top-level model while no optimizer step ran: a prefill is the first forward of a "
+        "generation (time to first token), a decode step a later forward with the KV cache, one token per "
+        "sequence (time per output token). Each is the median of its kind, slowest rank, with the sampling "
+        "that follows it; the shares split its time between the model's terms."
+    )
+    return [
+        (
+            "Estimated generation phases",
+            text,
+            ["instance", "chip", "LNC", "phase", "tokens", "forwards", "time", "MFU"] + terms + ["dominated by"],
+            rows,
+        )
+    ]
 
 
 def _counterpart(inst, chip: str) -> str:

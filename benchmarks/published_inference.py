@@ -1,0 +1,212 @@
+"""The readiness estimate against AWS's published inference figure: Llama-3.1-405B on trn2.48xlarge.
+
+    python benchmarks/published_inference.py                 # dry-runs the model (minutes), prints the rows
+    python benchmarks/published_inference.py --raw R.json    # the rows from a saved recording (instant)
+    python benchmarks/published_inference.py --save-raw R.json
+
+AWS publishes (NxD Inference + vLLM, trn2.48xlarge, TP=64 at LNC=2, BF16, batch 1, 10,000 input /
+1,500 output tokens) a time to first token of 2,442 ms and a time per output token of 37.9 ms for
+Llama-3.1-405B. This script writes the public Llama-3.1-405B config and a header-only checkpoint,
+then runs ``from_pretrained(..., DistributedConfig(tp_plan="auto"))`` and ``generate`` at real size
+in a dry run under ``torch_neuronx.readiness`` on trn2.48xlarge: batch 1, a 10,000-token prompt,
+a static KV cache (as NxD Inference keeps one), eager decode (``disable_compile``: module hooks
+delimit forwards), a few output tokens (enough for a median decode step).
+
+Two choices, both as NxD Inference runs the model:
+
+- One rank of the world of 64 is recorded (rank 0, PyTorch's fake process group through the
+  ``neuron`` backend): under tensor parallelism every rank runs the same ops on shards of the same
+  shape, so rank 0 stands for all 64 (the estimate is of the slowest rank anyway).
+- The 8 KV heads are replicated to the TP degree (8 copies each: 64 KV heads, one per rank), NxD
+  Inference's GQA sharding when TP exceeds the KV heads; transformers' colwise plan cannot split 8
+  heads over 64 ranks otherwise. Each rank holds and reads exactly one KV head, as on the device.
+
+``ROWS`` is a list of functions each returning one row (figure, configuration, aws, estimate,
+unit, ratio, mfu); they share one recording.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+INSTANCE, LNC, TP = "trn2.48xlarge", 2, 64
+PROMPT, NEW_TOKENS = 10_000, 4  # 3 decode steps after the prefill: a median of 3
+CONFIGURATION = (
+    "trn2.48xlarge, TP=64 at LNC=2, BF16, batch 1, 10,000-token prompt (AWS: NxD Inference + vLLM, "
+    "1,500 output tokens; estimate: transformers generate, static KV cache, rank 0 of 64 in a dry run)"
+)
+
+# Public config of meta-llama/Llama-3.1-405B (config.json), KV heads replicated to TP=64 (see above).
+LLAMA_405B = dict(
+    hidden_size=16384,
+    intermediate_size=53248,
+    num_hidden_layers=126,
+    num_attention_heads=128,
+    num_key_value_heads=8,
+    head_dim=128,
+    vocab_size=128256,
+    max_position_embeddings=131072,
+    rms_norm_eps=1e-5,
+    rope_theta=500000.0,
+    rope_scaling={
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+    tie_word_embeddings=False,
+    bos_token_id=128000,
+    eos_token_id=128001,
+)
+KV_REPLICATION = TP // LLAMA_405B["num_key_value_heads"]
+
+# AWS's figures (TRAINIUM_PERF.md: Neuron documentation, NxD Inference + vLLM on trn2.48xlarge).
+AWS_TTFT_MS = 2442.0
+AWS_TPOT_MS = 37.9
+
+
+def _record(out: str, layers: int | None) -> None:
+    """In a fresh process: the dry run of rank 0 of 64, its recording written to `out`."""
+    import torch
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from transformers import AutoModelForCausalLM, LlamaConfig
+    from transformers.distributed import DistributedConfig
+
+    import torch_neuronx
+    from torch_neuronx.readiness import _estimate, _report, header_only_checkpoint  # noqa: F401  (loaded now, as run)
+
+    cfg = dict(LLAMA_405B, num_key_value_heads=LLAMA_405B["num_key_value_heads"] * KV_REPLICATION)
+    if layers:
+        cfg["num_hidden_layers"] = layers
+    with tempfile.TemporaryDirectory() as path:
+        header_only_checkpoint(LlamaConfig(**cfg), path)
+        t0 = time.perf_counter()
+        r = torch_neuronx.readiness(dry_run=True, instance=INSTANCE, lnc=LNC)
+        with r:
+            dist.init_process_group("neuron", store=FakeStore(), rank=0, world_size=TP)
+            model = AutoModelForCausalLM.from_pretrained(
+                path, distributed_config=DistributedConfig(tp_plan="auto"), dtype=torch.bfloat16
+            ).eval()
+            ids = torch.ones(1, PROMPT, dtype=torch.long, device="neuron")
+            with torch.no_grad():
+                model.generate(
+                    ids,
+                    max_new_tokens=NEW_TOKENS,
+                    min_new_tokens=NEW_TOKENS,
+                    do_sample=False,
+                    cache_implementation="static",
+                    disable_compile=True,
+                    pad_token_id=0,
+                )
+        wall = time.perf_counter() - t0
+    raw = r.raw()
+    keep = ("rank", "world_size", "instance_type", "lnc", "steps", "fp32_precision", "ops", "collectives", "graphs")
+    slim = {k: raw[k] for k in keep} | {"graph_parts": raw["graph_parts"], "forwards": raw["forwards"]}
+    slim.update(wall_seconds=round(wall, 1), verdict=r.report.verdict, layers=cfg["num_hidden_layers"])
+    with open(out, "w") as f:
+        json.dump(slim, f)
+
+
+@functools.lru_cache(maxsize=None)
+def recording(path: str | None = None, layers: int | None = None) -> dict:
+    """The saved recording at `path`, or a new dry run in a child process (its own simulator:
+    trn2.48xlarge, rank 0 of 64)."""
+    if path:
+        with open(path) as f:
+            return json.load(f)
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "raw.json")
+        env = dict(os.environ, TORCH_NEURONX_INSTANCE_TYPE=INSTANCE, NEURON_LOGICAL_NC_CONFIG=str(LNC))
+        env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE=str(TP), HF_HUB_OFFLINE="1")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, env.get("PYTHONPATH")) if p)
+        cmd = [sys.executable, os.path.abspath(__file__), "--_record", out] + (
+            ["--layers", str(layers)] if layers else []
+        )
+        subprocess.run(cmd, env=env, check=True)
+        with open(out) as f:
+            return json.load(f)
+
+
+def phases(raw: dict) -> dict:
+    """The prefill and decode estimates of the recording on trn2.48xlarge at LNC=2."""
+    from torch_neuronx.readiness import _estimate
+
+    est = _estimate.estimate([raw], "trn2", LNC, raw.get("fp32_precision", "highest"), instance=INSTANCE)
+    if not est.get("phases") or est["phases"].get("missing"):
+        raise RuntimeError(f"the recording has no generation phases: {est.get('phases')}")
+    return est["phases"]
+
+
+def _row(figure: str, phase: str, aws_ms: float, raw: dict | None) -> dict:
+    p = phases(raw if raw is not None else recording())
+    ms = p[phase]["seconds"] * 1e3
+    return {
+        "figure": figure,
+        "configuration": CONFIGURATION,
+        "aws": aws_ms,
+        "estimate": round(ms, 1),
+        "unit": "ms",
+        "ratio": round(ms / aws_ms, 3),
+        "mfu": p[phase]["mfu"],
+        "dominant": p[phase]["dominant"],
+        "shares": {k: round(v, 3) for k, v in p[phase]["term_shares"].items()},
+    }
+
+
+def llama_405b_ttft(raw: dict | None = None) -> dict:
+    """Llama-3.1-405B time to first token: the estimated prefill of a 10,000-token prompt."""
+    return _row("Llama-3.1-405B inference: time to first token", "prefill", AWS_TTFT_MS, raw)
+
+
+def llama_405b_tpot(raw: dict | None = None) -> dict:
+    """Llama-3.1-405B time per output token: the estimated median decode step."""
+    return _row("Llama-3.1-405B inference: time per output token", "decode", AWS_TPOT_MS, raw)
+
+
+ROWS = [llama_405b_ttft, llama_405b_tpot]
+
+
+def markdown(rows: list) -> str:
+    lines = [
+        "| figure | configuration | AWS | estimate | ratio | MFU | dominated by |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        mfu = "-" if r["mfu"] is None else f"{r['mfu']:.1%}"
+        lines.append(
+            f"| {r['figure']} | {r['configuration']} | {r['aws']:g} {r['unit']} | {r['estimate']:g} {r['unit']} "
+            f"| {r['ratio']:.2f} | {mfu} | {r['dominant']} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--raw", help="compute the rows from this saved recording instead of a new dry run")
+    ap.add_argument("--save-raw", help="write the recording here")
+    ap.add_argument("--layers", type=int, help="fewer decoder layers (a quick check of the pipeline)")
+    ap.add_argument("--_record", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a._record:
+        _record(a._record, a.layers)
+        return
+    raw = recording(a.raw, a.layers)
+    if a.save_raw:
+        with open(a.save_raw, "w") as f:
+            json.dump(raw, f)
+    print(f"dry run: {raw.get('wall_seconds')} s wall, {raw.get('layers')} layers, verdict: {raw.get('verdict')}")
+    print(markdown([f(raw) for f in ROWS]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""The readiness estimate of a generation: prefill (time to first token) and decode step (time per
+output token), from a real run and a dry run of generate, and the published-figure row it feeds."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import torch_neuronx
+from torch_neuronx import _hardware as hw
+from torch_neuronx.readiness import _collect, _estimate
+
+REPO = Path(__file__).parents[2]
+DATA = Path(__file__).parent / "data"
+PROMPT, NEW = 512, 4
+
+
+def _generate(dry_run: bool):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=512,
+        hidden_size=256,
+        intermediate_size=1024,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        eos_token_id=2,
+    )
+    torch.manual_seed(0)
+    with torch_neuronx.readiness(dry_run=dry_run) as r:
+        model = LlamaForCausalLM(cfg).to("neuron").eval()
+        ids = torch.ones(1, PROMPT, dtype=torch.long, device="neuron")
+        with torch.no_grad():
+            out = model.generate(
+                ids, max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False, cache_implementation="static",
+                disable_compile=True, pad_token_id=0,
+            )  # fmt: skip
+    return r.report, tuple(out.shape)
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["real", "dry"])
+def test_generate_reports_a_prefill_and_a_cheaper_decode_step(dry_run):
+    report, shape = _generate(dry_run)
+    # a dry run knows the stopping flags built from the length: it stops at max_new_tokens
+    assert shape == (1, PROMPT + NEW)
+    est = report.data["estimates"][0]
+    ph = est["phases"]
+    pre, dec = ph["prefill"], ph["decode"]
+    assert (pre["count"], pre["tokens"]) == (1, PROMPT)
+    assert (dec["count"], dec["tokens"]) == (NEW - 1, 1)  # the first token comes from the prefill
+    assert 0 < dec["seconds"] < pre["seconds"]
+    for p in (pre, dec):
+        assert set(p["term_shares"]) == set(est["terms"]) and sum(p["term_shares"].values()) == pytest.approx(1)
+        assert p["dominant"] in p["terms"] and p["mfu"] is not None
+    # the prefill's matmuls: every linear layer over the prompt (plus lm_head on the last token), and the
+    # decode step's over one token: the prefill has about PROMPT times the decode step's FLOPs
+    assert pre["model_flops"] / dec["model_flops"] == pytest.approx(PROMPT, rel=0.1)
+    summary = report.summary()
+    assert "prefill (time to first token)" in summary and "decode step (time per output token)" in summary
+    md = report.to_markdown()
+    assert "Estimated generation phases" in md
+    assert json.loads(report.to_json())["estimates"][0]["phases"]["decode"]["count"] == NEW - 1
+
+
+def test_training_has_no_phases():
+    model = torch.nn.Linear(64, 64).to("neuron")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torch_neuronx.readiness() as r:
+        for _ in range(2):
+            model(torch.randn(8, 64, device="neuron")).sum().backward()
+            opt.step()
+    assert r.report.data["estimates"][0]["phases"] is None
+    assert "prefill" not in r.report.summary()
+
+
+def test_a_static_cache_update_moves_only_the_rows_it_writes():
+    cache = torch.zeros(1, 2, 1000, 64, device="neuron")
+    new = torch.ones(1, 2, 1, 64, device="neuron")
+    pos = torch.tensor([5], device="neuron")
+    assert _collect._moved_bytes("aten::index_copy_", [cache, pos, new], [cache]) == 2 * (new.nbytes + pos.nbytes)
+    out = torch.cat([cache, new], dim=2)  # a dynamic cache's cat reads and writes it all
+    assert _collect._moved_bytes("aten::cat", [cache, new], [out]) == cache.nbytes + new.nbytes + out.nbytes
+
+
+def test_collectives_inside_a_trn2_instance_take_the_runtimes_algorithm_latency():
+    fig = _estimate.core_figures("trn2", 2, "trn2.48xlarge")
+    hop = hw.INTRANODE_HOP_LATENCY_S
+    # Mesh below 1 MB: reduce-scatter + all-gather, 2 hops each
+    assert _estimate.collective_time(fig, "allreduce", 32 << 10, 64)[1] == pytest.approx(4 * hop)
+    # RDH to 56 MB: 1 intra-chip + log2(16 chips) hops each way
+    assert _estimate.collective_time(fig, "allreduce", 8 << 20, 64)[1] == pytest.approx(10 * hop)
+    # KangaRing above: half of a 64-rank ring's 2 x 63 hops
+    assert _estimate.collective_time(fig, "allreduce", 300 << 20, 64)[1] == pytest.approx(62 * hop)
+    # beyond one instance, and on trn1 (the page does not describe it), the ring of 10 us steps stays
+    assert _estimate.collective_time(fig, "allreduce", 32 << 10, 128)[1] == pytest.approx(254 * 10e-6)
+    trn1 = _estimate.core_figures("trn2", 2, None)
+    assert _estimate.collective_time(trn1, "allreduce", 32 << 10, 64)[1] == pytest.approx(126 * 10e-6)
+
+
+def test_llama_405b_row_from_its_saved_recording():
+    """Pins the estimate of AWS's published Llama-3.1-405B inference figures from the recording of
+    the dry run (benchmarks/published_inference.py --save-raw): a change of the model that moves it shows here."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import published_inference as pi
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    raw = json.loads((DATA / "llama405b_tp64_raw.json").read_text())
+    assert raw["layers"] == 126 and raw["world_size"] in (64, "64")
+    ttft, tpot = (f(raw) for f in pi.ROWS)
+    for row in (ttft, tpot):
+        assert set(row) >= {"figure", "configuration", "aws", "estimate", "unit", "ratio", "mfu"}
+    assert (ttft["aws"], tpot["aws"]) == (2442.0, 37.9)
+    assert ttft["estimate"] == pytest.approx(PINNED_TTFT_MS, rel=1e-3)
+    assert tpot["estimate"] == pytest.approx(PINNED_TPOT_MS, rel=1e-3)
+    assert ttft["ratio"] == pytest.approx(ttft["estimate"] / 2442.0, abs=1e-3)
+
+
+PINNED_TTFT_MS = 4105.9  # memory-bound: the eager fp32 RMSNorm and residual traffic over 10,000 tokens
+PINNED_TPOT_MS = 42.2  # per-op fixed costs and reading the weights, about half each
