@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import json
 import os
 import sys
@@ -295,14 +296,26 @@ def llama_row(raws: list) -> dict:
 
 
 # -- the table --------------------------------------------------------------------------------
-def bert() -> dict:
-    return bert_row(record_bert())
+def _save(directory: str | None, name: str, raws: list) -> None:
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, f"{name}.json"), "w") as f:
+            json.dump(raws, f)
 
 
-def llama70b() -> dict:
-    return llama_row(record_llama())
+def bert(save: str | None = None) -> dict:
+    raws = record_bert()
+    _save(save, "bert", raws)
+    return bert_row(raws)
 
 
+def llama70b(save: str | None = None) -> dict:
+    raws = record_llama()
+    _save(save, "llama70b", raws)
+    return llama_row(raws)
+
+
+# Each entry returns one row dict; rows of other modules with the same keys join this list.
 ROWS = [bert, llama70b]
 
 
@@ -320,25 +333,20 @@ def to_markdown(rows: list) -> str:
 
 
 def main(argv=None) -> None:
+    by_name = {f.__name__: f for f in ROWS}
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rows", default=",".join(f.__name__ for f in ROWS), help="comma-separated: bert, llama70b")
+    p.add_argument("--rows", default=",".join(by_name), help=f"comma-separated, of: {', '.join(by_name)}")
     p.add_argument("--save", help="directory to write each configuration's recording to (JSON)")
     args = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     wanted = args.rows.split(",")
-    recorders = {"bert": (record_bert, bert_row), "llama70b": (record_llama, llama_row)}
-    unknown = [w for w in wanted if w not in recorders]
+    unknown = [w for w in wanted if w not in by_name]
     if unknown:
-        p.error(f"unknown row(s) {unknown}; choose from {', '.join(recorders)}")
+        p.error(f"unknown row(s) {unknown}; choose from {', '.join(by_name)}")
     rows = []
     for name in wanted:
-        record, row = recorders[name]
-        raws = record()
-        if args.save:
-            os.makedirs(args.save, exist_ok=True)
-            with open(os.path.join(args.save, f"{name}.json"), "w") as f:
-                json.dump(raws, f)
-        rows.append(row(raws))
+        f = by_name[name]
+        rows.append(f(save=args.save) if "save" in inspect.signature(f).parameters else f())
     print(to_markdown(rows))
 
 
