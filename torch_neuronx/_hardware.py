@@ -7,9 +7,12 @@ Sources: AWS Neuron documentation (aws-neuron-sdk, 2026): the Trainium / Trainiu
 Trainium3 architecture pages, the NeuronCore-v2 page, "Trainium/Inferentia2 Architecture
 Guide for NKI" and "Trainium2 Architecture Guide for NKI" (engine clocks, per-core Tensor
 Engine rates, SBUF/PSUM, DMA engines), "Introduction to DMA with NKI" (DMA engines per
-core and their bandwidth), the Trn1 / Trn2 / Trn3 instance pages (NeuronLink, EFA). Where AWS's own figures disagree (8 x 79 = 632 vs the 667 TFLOPS chip
-figure; HBM 2.9 vs 3 TB/s on trn2), the per-core figure and the chip HBM figure of the
-architecture page are used. Figures AWS does not publish are None: code that needs one
+core), "Guideline to Avoid Under-Utilizing DMA Bandwidth" (sustained DMA bandwidth per
+engine by generation, fixed cost of a DMA transfer), the Trn1 / Trn2 / Trn3 instance pages
+(NeuronLink, EFA). Where AWS's own figures disagree (8 x 79 = 632 vs the 667 TFLOPS chip
+figure; HBM 2.9 vs 3 TB/s on trn2; 27.2 GB/s theoretical vs 17 / 23 B/ns sustained per DMA
+engine on trn1 / trn2), the per-core figure, the chip HBM figure of the architecture page
+and the sustained DMA figure are used. Figures AWS does not publish are None: code that needs one
 must say it is missing rather than guess.
 """
 
