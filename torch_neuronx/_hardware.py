@@ -7,9 +7,12 @@ Sources: AWS Neuron documentation (aws-neuron-sdk, 2026): the Trainium / Trainiu
 Trainium3 architecture pages, the NeuronCore-v2 page, "Trainium/Inferentia2 Architecture
 Guide for NKI" and "Trainium2 Architecture Guide for NKI" (engine clocks, per-core Tensor
 Engine rates, SBUF/PSUM, DMA engines), "Introduction to DMA with NKI" (DMA engines per
-core and their bandwidth), the Trn1 / Trn2 / Trn3 instance pages (NeuronLink, EFA). Where AWS's own figures disagree (8 x 79 = 632 vs the 667 TFLOPS chip
-figure; HBM 2.9 vs 3 TB/s on trn2), the per-core figure and the chip HBM figure of the
-architecture page are used. Figures AWS does not publish are None: code that needs one
+core), "Guideline to Avoid Under-Utilizing DMA Bandwidth" (sustained DMA bandwidth per
+engine by generation, fixed cost of a DMA transfer), the Trn1 / Trn2 / Trn3 instance pages
+(NeuronLink, EFA). Where AWS's own figures disagree (8 x 79 = 632 vs the 667 TFLOPS chip
+figure; HBM 2.9 vs 3 TB/s on trn2; 27.2 GB/s theoretical vs 17 / 23 B/ns sustained per DMA
+engine on trn1 / trn2), the per-core figure, the chip HBM figure of the architecture page
+and the sustained DMA figure are used. Figures AWS does not publish are None: code that needs one
 must say it is missing rather than guess.
 """
 
@@ -87,10 +90,15 @@ CHIPS = MappingProxyType(
         # those (the NKI guide's 92 / 23 TFLOPS per core is ~3% lower: the chip figure is
         # used, as for trn2). NeuronCore-v2 page: Vector Engine 2.3 TFLOPS FP32, Scalar
         # Engine 2.9 TFLOPS FP32. NKI guide: Tensor 2.8 GHz, Vector 1.12 GHz, Scalar and
-        # GpSimd 1.4 GHz. "Introduction to DMA with NKI": 16 DMA engines per core, 27.2 GB/s
-        # each. Trn1 instance page: NeuronLink-v2 384 GiB/s per chip on trn1.32xlarge (768 on
-        # trn1n.32xlarge: an Instance override). AWS publishes no fixed cost of a DMA
-        # transfer on NeuronCore-v2, so the readiness estimate has none for trn1.
+        # GpSimd 1.4 GHz. DMA: 16 engines per core ("Introduction to DMA with NKI"); "Guideline
+        # to Avoid Under-Utilizing DMA Bandwidth" (NKI deep dives, 2026-04) tabulates the
+        # sustained peak per engine by generation, TRN1 17 B/ns (272 GB/s per core), TRN2 23,
+        # TRN3 33 (the figures used for trn2/trn3 too; the DMA introduction's 27.2 GB/s per
+        # engine is its theoretical rate), and gives the fixed cost of a transfer (descriptor
+        # setup, synchronisation, semaphore-to-start) as ~1300 ns cross-engine for all three
+        # generations alike, with no per-generation figure: so trn1 uses 1.3 us as trn2/trn3
+        # do. Trn1 instance page: NeuronLink-v2 384 GiB/s per chip on trn1.32xlarge (768 on
+        # trn1n.32xlarge: an Instance override).
         "trn1": Chip(
             name="trn1",
             nc_version="v2",
@@ -116,8 +124,8 @@ CHIPS = MappingProxyType(
             gemm_moving_fmax=512,
             psum_out_dtypes=("float32",),
             dma_engines=16,
-            dma_bytes_per_s_per_engine=27.2e9,
-            dma_fixed_s=None,
+            dma_bytes_per_s_per_engine=17e9,
+            dma_fixed_s=1.3e-6,
             neuronlink_bytes_per_s=384 * GiB,
         ),  # fmt: skip
         # Trainium2: 8 NeuronCore-v3; per core 79 TFLOPS BF16/FP16/TF32, 158 FP8, 20 FP32;

@@ -23,7 +23,7 @@ def _est_lines(summary: str) -> list:
 
 
 # -- which chips ------------------------------------------------------------------
-def test_trn1_target_is_estimated_first_and_says_which_figure_aws_does_not_publish():
+def test_trn1_target_is_estimated_first_then_trn2_and_trn3():
     a = torch.randn(64, 64, device="neuron")
     with torch_neuronx.readiness(instance="trn1.32xlarge") as r:
         a @ a
@@ -31,20 +31,35 @@ def test_trn1_target_is_estimated_first_and_says_which_figure_aws_does_not_publi
     assert d["lnc"] == 1  # trn1 has no LNC=2: the target's own LNC, not the simulator's
     first, *others = d["estimates"]
     assert (first["instance"], first["chip"], first["lnc"], first["target"]) == ("trn1.32xlarge", "trn1", 1, True)
-    assert first["missing"] == "no estimate for trn1: AWS publishes no DMA fixed-cost figure for it"
+    assert first["missing"] is None and first["step_seconds"] > 0
+    # trn1's figures: 1.3 us per DMA transfer, its 16 engines' sustained 17 B/ns below its HBM share
+    assert first["figures"]["dma_fixed_s"] == 1.3e-6 and first["figures"]["memory_bytes_per_s"] == 16 * 17e9
     # the others on the instances shaped like the target (16 chips)
     assert [(e["instance"], e["target"]) for e in others] == [("trn2.48xlarge", False), ("trn3.48xlarge", False)]
     assert all(e["step_seconds"] > 0 for e in others)
     lines = _est_lines(r.report.summary())
-    assert lines[0].startswith("est. trn1.32xlarge trn1 LNC=1 (target)") and lines[0].endswith(first["missing"])
+    assert lines[0].startswith("est. trn1.32xlarge trn1 LNC=1 (target)") and "MFU" in lines[0]
     assert lines[1].startswith("est. trn2.48xlarge trn2 LNC=1 ") and "MFU" in lines[1]
     md = r.report.to_markdown()
     table = md[md.index("## Estimated time on Trainium") :].splitlines()
     rows = [t for t in table if t.startswith("| trn")]
-    assert rows[0].startswith("| trn1.32xlarge (target) | trn1 | 1 | no estimate for trn1")
+    assert rows[0].startswith("| trn1.32xlarge (target) | trn1 | 1 |")
     # the breakdown has a column per chip with an estimate
     header = next(t for t in md[md.index("## Per-op breakdown") :].splitlines() if t.startswith("| op |"))
-    assert header.endswith("| trn2 | trn3 | bound |")
+    assert header.endswith("| trn1 | trn2 | trn3 | bound |")
+
+
+def test_chip_without_a_figure_the_model_needs_says_which(monkeypatch):
+    # Every chip in the table has its figures today; the rule for one without stays.
+    trn1 = dataclasses.replace(hw.CHIPS["trn1"], dma_fixed_s=None)
+    monkeypatch.setattr(hw, "CHIPS", {**hw.CHIPS, "trn1": trn1})
+    a = torch.randn(64, 64, device="neuron")
+    with torch_neuronx.readiness(instance="trn1.32xlarge") as r:
+        a @ a
+    first = r.report.data["estimates"][0]
+    assert first["missing"] == "no estimate for trn1: AWS publishes no DMA fixed-cost figure for it"
+    lines = _est_lines(r.report.summary())
+    assert lines[0].startswith("est. trn1.32xlarge trn1 LNC=1 (target)") and lines[0].endswith(first["missing"])
 
 
 def test_check_cli_trn1_instance_line_comes_first(tmp_path):
@@ -60,7 +75,7 @@ def test_check_cli_trn1_instance_line_comes_first(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     lines = _est_lines(p.stdout)
     assert [line.split()[1] for line in lines] == ["trn1.32xlarge", "trn2.48xlarge", "trn3.48xlarge"]
-    assert "(target)" in lines[0] and "AWS publishes no DMA fixed-cost figure" in lines[0]
+    assert "(target)" in lines[0] and "MFU" in lines[0]
     data = json.loads((out / "report.json").read_text())
     assert [e["chip"] for e in data["estimates"]] == ["trn1", "trn2", "trn3"]
 
@@ -75,19 +90,18 @@ def test_default_target_trn2_then_trn3_only():
 
 
 def test_missing_figure_is_a_value_error_naming_it_and_trn1n_has_its_own_neuronlink(monkeypatch):
-    with pytest.raises(_estimate.MissingFigure, match="no estimate for trn1: AWS publishes no DMA fixed-cost"):
-        _estimate.core_figures("trn1", 1)
-    assert issubclass(_estimate.MissingFigure, ValueError)
-    # With the one missing figure supplied, trn1 is estimated like the others, and the
-    # instance picks the NeuronLink bandwidth (trn1n.32xlarge doubles trn1.32xlarge's).
-    trn1 = dataclasses.replace(hw.CHIPS["trn1"], dma_fixed_s=1.3e-6)
-    monkeypatch.setattr(hw, "CHIPS", {**hw.CHIPS, "trn1": trn1})
     gib = 1 << 30
+    # the instance picks the NeuronLink bandwidth (trn1n.32xlarge doubles trn1.32xlarge's)
     assert _estimate.core_figures("trn1", 1, "trn1.32xlarge")["link_bytes_per_s"] == 384 * gib / 2
     assert _estimate.core_figures("trn1", 1, "trn1n.32xlarge")["link_bytes_per_s"] == 768 * gib / 2
     fig = _estimate.core_figures("trn1", 1)
-    # the core's share of 820 GB/s HBM is below its 16 DMA engines x 27.2 GB/s
-    assert fig["memory_bytes_per_s"] == 820e9 / 2 and fig["tensor_flops"]["bfloat16"] == 95e12
+    # the core's 16 DMA engines x 17 B/ns sustained are below its share of 820 GB/s HBM
+    assert fig["memory_bytes_per_s"] == 16 * 17e9 and fig["tensor_flops"]["bfloat16"] == 95e12
+    trn1 = dataclasses.replace(hw.CHIPS["trn1"], dma_fixed_s=None)
+    monkeypatch.setattr(hw, "CHIPS", {**hw.CHIPS, "trn1": trn1})
+    with pytest.raises(_estimate.MissingFigure, match="no estimate for trn1: AWS publishes no DMA fixed-cost"):
+        _estimate.core_figures("trn1", 1)
+    assert issubclass(_estimate.MissingFigure, ValueError)
 
 
 # -- what a step counts -------------------------------------------------------------

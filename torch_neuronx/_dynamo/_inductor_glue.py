@@ -542,24 +542,47 @@ def compile_graph(
         return compile_fx(gm, example_inputs, inner_compile=inner_compile)
 
 
-def partition_without_codegen(gm, example_inputs):
+def partition_without_codegen(gm, example_inputs, graph_name: str = "graph"):
     """What compile_graph does up to code generation: AOTAutograd with Inductor's
     decompositions and partitioner (so the same activations are saved for the backward),
     then the forward and backward graphs run op by op. For the dry run, which has no data
-    for generated code to run on."""
+    for generated code to run on. While a readiness report records, each run of these
+    graphs is reported to it as one compiled graph with its ATen graph, as a generated
+    module's run is, so that the report costs it whole (with its fusion) in a dry run too."""
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.aot_autograd import make_boxed_func
     from torch._functorch.partitioners import min_cut_rematerialization_partition
     from torch._inductor.compile_fx import select_decomp_table
 
+    from ..profiler import _graphs
+
     install()
 
-    def run_ops(g, _inputs):
-        return make_boxed_func(g.forward)
+    def run_ops(g, _inputs, kind):
+        key = f"<dry run: {graph_name} {kind} {id(g)}>"  # stands for a generated module's file
+        if _graphs._recording():
+            with _graphs._lock:
+                _graphs._names[key] = f"{graph_name} {kind}"
+                _graphs._gms[key] = g
+
+        def run(*args):
+            listener = _graphs._listener
+            if listener is None:
+                return g.forward(*args)
+            listener._graph_enter(key)
+            try:
+                return g.forward(*args)
+            finally:
+                listener._graph_exit()
+
+        return make_boxed_func(run)
 
     partition = functools.partial(min_cut_rematerialization_partition, compiler="inductor")
     backend = aot_autograd(
-        fw_compiler=run_ops, bw_compiler=run_ops, decompositions=select_decomp_table(), partition_fn=partition
+        fw_compiler=functools.partial(run_ops, kind="forward"),
+        bw_compiler=functools.partial(run_ops, kind="backward"),
+        decompositions=select_decomp_table(),
+        partition_fn=partition,
     )
     return backend(gm, example_inputs)
 

@@ -219,7 +219,7 @@ def _compile(gm, example_inputs: list, opts: _Options, graph_name: str, names: l
 
     if _dryrun.active() is not None:
         # No data to run generated code on: partitioned as for Inductor, run op by op on fake tensors.
-        compiled = glue.partition_without_codegen(gm, example_inputs)
+        compiled = glue.partition_without_codegen(gm, example_inputs, graph_name)
         metrics.record_graph(graph_name, _shape_sig(example_inputs), 0.0, "dry run")
         return _CopyIn(compiled, cpu_idx, device) if cpu_idx else compiled
 

@@ -137,17 +137,29 @@ def _counters(core: int) -> dict:
     }
 
 
+# Ops the simulator runs as CPU kernels whose device form (what a NeuronCore runs, what
+# torch.utils.flop_counter has a formula for) takes the same leading arguments: attention on
+# `neuron` tensors dispatches to the CPU flash kernel, which is a Tensor Engine op all the same.
+_DEVICE_FORM = {
+    "_scaled_dot_product_flash_attention_for_cpu": "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_flash_attention_for_cpu_backward": "_scaled_dot_product_flash_attention_backward",
+}
+
+
+def _flop_formula(func):
+    from torch.utils.flop_counter import flop_registry
+
+    packet = func._overloadpacket
+    twin = _DEVICE_FORM.get(packet.__name__)
+    return flop_registry.get(packet) or (flop_registry.get(getattr(torch.ops.aten, twin)) if twin else None)
+
+
 class _FuncInfo:
     __slots__ = ("name", "kind", "flops")
 
     def __init__(self, func):
-        from torch.utils.flop_counter import flop_registry
-
         self.name = func.name()
-        self.flops = flop_registry.get(func._overloadpacket)
-        if self.flops is None and func._overloadpacket is torch.ops.aten._scaled_dot_product_flash_attention_for_cpu:
-            # the flash-attention form SDPA takes on this device: the same FLOPs as the CUDA one
-            self.flops = flop_registry.get(torch.ops.aten._scaled_dot_product_flash_attention)
+        self.flops = _flop_formula(func)
         if self.name.split("::")[0] in ("c10d", "_c10d_functional"):
             self.kind = "collective" if func in _collective_ops() else "other"
         elif self.name.startswith("prim::"):

@@ -15,7 +15,8 @@ from .. import _hardware as hw
 
 ASSUMPTIONS = (
     "Each op runs alone on one logical NeuronCore: time = fixed + max(compute, memory).",
-    "compute: matmul-like ops (those torch.utils.flop_counter has a formula for) at the Tensor "
+    "compute: matmul-like ops (those torch.utils.flop_counter has a formula for, and attention, "
+    "which the simulator runs as the CPU flash kernel, with its device form's FLOPs) at the Tensor "
     "Engine's dense peak for their input dtype (float32 at the FP32 rate, or TF32 when "
     "torch.set_float32_matmul_precision allows it); other ops at the Vector Engine rate, one "
     "operation per element read or written.",
@@ -40,13 +41,20 @@ ASSUMPTIONS = (
     "collectives inside one trn2/trn3 instance: the latency of the algorithm AWS's runtime picks by "
     "size (Mesh below 1 MB: 2 hops per reduce-scatter or all-gather; RDH to 56 MB: 1 + log2(chips) "
     "hops; KangaRing above: half a ring's), 2 us per hop (AWS: about 1-2 us); bandwidth as a ring.",
+    "collectives between instances (a group whose ranks sit on different instances): the same "
+    "ring, each rank's bandwidth its share of the instance's published EFA bandwidth (trn1.32xlarge: "
+    "800 Gbps over 32 cores).",
+    "pipeline parallelism (benchmarks of published runs): a 1F1B schedule, as NeuronX Distributed "
+    "runs it, over M micro-batches and P stages takes the sum of one micro-batch's forward and "
+    "backward time on every stage plus (M - 1) times the slowest stage's (with equal stages, "
+    "M + P - 1 micro-batch slots: the P - 1 slots are the pipeline bubble).",
     "Ops on host (CPU) tensors are not timed. Engines do not overlap one op with the next.",
     "generation (no optimizer step): each top-level forward and the ops up to the next one are "
     "timed as above; a prefill is a forward without the previous one's KV cache, a decode step "
     "one with it and one token per sequence; each phase is the median of its forwards. A KV cache "
     "costs what its ops move: a static cache's in-place update only the rows it writes.",
-    "A chip for which AWS publishes no figure the model needs (trn1: the DMA fixed cost) is not "
-    "estimated; its line says which figure is missing.",
+    "A chip for which AWS publishes no figure the model needs is not estimated; its line says "
+    "which figure is missing.",
 )
 
 _RAMP_AVG = (1 + hw.TENSOR_ENGINE_RAMP_START) / 2
@@ -84,7 +92,10 @@ def core_figures(chip: str, lnc: int, instance: str | None = None) -> dict:
     if lnc not in spec.lnc_allowed:
         raise ValueError(f"{chip} supports LNC={spec.lnc_allowed}, not LNC={lnc}")
     core = spec.per_core(lnc)
-    link = (hw.INSTANCES[instance].neuronlink_bytes_per_s if instance else None) or spec.neuronlink_bytes_per_s
+    inst = hw.INSTANCES[instance] if instance else None
+    link = (inst.neuronlink_bytes_per_s if inst else None) or spec.neuronlink_bytes_per_s
+    ranks = (inst.chips if inst else 1) * (spec.physical_cores // lnc)
+    efa = inst.efa_bytes_per_s / ranks if inst and inst.efa_bytes_per_s else None
     have = {**core, "dma_fixed_s": spec.dma_fixed_s, "neuronlink_bytes_per_s": link}
     missing = [name for key, name in _FIGURE_NAMES.items() if have[key] is None]
     if missing:
@@ -99,6 +110,7 @@ def core_figures(chip: str, lnc: int, instance: str | None = None) -> dict:
         "link_bytes_per_s": link / (spec.physical_cores // lnc),
         "collective_step_latency_s": hw.COLLECTIVE_STEP_LATENCY_S,
         **_intranode_figures(spec, lnc, instance),
+        "efa_bytes_per_s": efa,  # per rank, when every rank of the instance talks off the instance at once
     }
 
 
@@ -174,16 +186,30 @@ _RING = {  # collective -> (ring steps, bytes sent per rank), for n ranks and B 
 }
 
 
-def collective_time(fig: dict, name: str, nbytes: int, size: int) -> tuple:
-    """(seconds, latency part, bandwidth part) of one collective."""
+def collective_time(fig: dict, name: str, nbytes: int, size: int, across_instances: bool = False) -> tuple:
+    """(seconds, latency part, bandwidth part) of one collective; `across_instances` when its
+    group's ranks are on different instances (it then runs at the rank's share of EFA)."""
     if size <= 1:
         return 0.0, 0.0, 0.0
     steps, sent = _RING.get(name, lambda n, b: (n - 1, b))(size, nbytes)
     lat = steps * fig["collective_step_latency_s"]
-    if fig.get("intranode_ranks") and size <= fig["intranode_ranks"] and name in _RING:
+    if not across_instances and fig.get("intranode_ranks") and size <= fig["intranode_ranks"] and name in _RING:
         lat = _intranode_hops(name, nbytes, size, fig["ranks_per_chip"]) * hw.INTRANODE_HOP_LATENCY_S
-    bw = sent / fig["link_bytes_per_s"]
+    if across_instances and fig.get("efa_bytes_per_s") is None:
+        raise MissingFigure(f"no estimate across instances for {fig['chip']}: the instance has no EFA figure")
+    bw = sent / (fig["efa_bytes_per_s"] if across_instances else fig["link_bytes_per_s"])
     return lat + bw, lat, bw
+
+
+def pipeline_seconds(stage_seconds: list, microbatches: int) -> float:
+    """Forward and backward time of `microbatches` micro-batches through pipeline stages that
+    take `stage_seconds` each per micro-batch, under a 1F1B schedule (see ASSUMPTIONS)."""
+    if microbatches < 1 or not stage_seconds:
+        raise ValueError(
+            f"a pipeline needs at least one stage and one micro-batch, got {len(stage_seconds)} "
+            f"stage(s) and {microbatches} micro-batch(es)"
+        )
+    return sum(stage_seconds) + (microbatches - 1) * max(stage_seconds)
 
 
 def estimate(raws: list, chip: str, lnc: int, fp32_precision: str = "highest", instance: str | None = None) -> dict:

@@ -1,0 +1,355 @@
+"""The readiness time estimate against AWS's published Trainium training figures.
+
+    python benchmarks/published.py                   # record every configuration, print the table
+    python benchmarks/published.py --rows bert       # one row (bert, llama70b)
+    python benchmarks/published.py --save DIR        # also write each recording as JSON
+
+Each row reproduces one published configuration at its real size and runs it through the
+readiness time model (torch_neuronx/readiness/_estimate.py, with the hardware table in
+torch_neuronx/_hardware.py); nothing here is fitted to the published figure. A row is a dict:
+
+- ``figure``: what AWS published; ``configuration``: the run; ``unit``: of the two numbers;
+- ``aws``: AWS's figure; ``estimate``: ours; ``ratio``: estimate / aws (above 1: too optimistic);
+- ``mfu``: the model FLOPs utilisation AWS's figure implies (the matmul FLOPs of the recorded
+  step over AWS's time for it at the dense BF16 peak of every core it used).
+
+Sources: AWS Neuron documentation, "Hugging Face BERT Pretraining Tutorial (Data-Parallel)"
+(phase 1: BertForPreTraining, vocabulary 30522, micro-batch 16, sequence 128, 32 gradient
+accumulation micro-steps, gradients all-reduced once before the optimizer step, AdamW, BF16
+autocast) and NeuronX Distributed's Llama-3.1-70B pre-training script
+(examples/training/llama/tp_pp_llama_hf_pretrain/run_llama3_70B_tp_pp.sh: TP=32 with sequence
+parallelism, PP=8, 32 nodes so DP=4, sequence 8192, global batch 1024 split into 256
+micro-batches of one sequence per replica, ZeRO-1, selective checkpointing, flash attention,
+fused QKV, KV heads replicated 4x); the figures are those of the Neuron performance pages
+(trn1, Neuron 2.13-2.15 for BERT).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import inspect
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+# only the fields of a recording that the estimate reads (a saved recording stays small)
+_KEEP = (
+    "rank",
+    "world_size",
+    "instance_type",
+    "lnc",
+    "steps",
+    "fp32_precision",
+    "ops",
+    "collectives",
+    "graphs",
+    "graph_parts",
+)
+
+
+def _trim(raw: dict) -> dict:
+    return {k: raw[k] for k in _KEEP if k in raw}
+
+
+def _row(figure, configuration, aws, estimate, unit, flops_per_step, aws_step_seconds, cores) -> dict:
+    from torch_neuronx import _hardware as hw
+
+    peak = hw.CHIPS["trn1"].tensor_flops["bfloat16"]
+    return {
+        "figure": figure,
+        "configuration": configuration,
+        "aws": aws,
+        "estimate": estimate,
+        "unit": unit,
+        "ratio": estimate / aws,
+        "mfu": flops_per_step / (aws_step_seconds * cores * peak),
+    }
+
+
+# -- BERT-Large phase 1, DP=32 on one trn1.32xlarge -------------------------------------
+BERT = dict(ranks=32, micro_batch=16, seq=128, accumulation=32, vocab=30522, aws=3826.6)
+BERT_BUCKET_BYTES = 25 << 20  # DDP's default bucket (bucket_cap_mb=25)
+
+
+def record_bert() -> list:
+    """One rank of the 32 (data-parallel ranks do the same work), a dry run at full size with
+    the forward and backward compiled with backend "neuron": a first optimizer step of two
+    micro-batches (it compiles and builds AdamW's state), then one whose first micro-batch,
+    second (accumulating) micro-batch, and gradient all-reduce with AdamW step are recorded
+    apart (a marker optimizer step closes each), for `bert_row` to compose the 32 micro-batch
+    step from."""
+    import torch
+    import torch.distributed as dist
+    from transformers import BertConfig, BertForPreTraining
+
+    import torch_neuronx
+
+    c = BERT
+    with torch_neuronx.readiness(dry_run=True, instance="trn1.32xlarge") as r:
+        dist.init_process_group("neuron", rank=0, world_size=c["ranks"], store=dist.HashStore())
+        cfg = BertConfig(
+            vocab_size=c["vocab"],
+            hidden_size=1024,
+            num_hidden_layers=24,
+            num_attention_heads=16,
+            intermediate_size=4096,
+        )
+        model = BertForPreTraining(cfg).to("neuron")
+        opt = torch.optim.AdamW(model.parameters(), lr=4e-4)
+        # AWS's run is compiled whole by XLA and neuronx-cc: the forward and backward are
+        # compiled graphs here too, so the estimate gives them the compiled-graph fusion
+        step = torch.compile(model, backend="neuron")
+        marker = torch.nn.Parameter(torch.zeros(1, device="neuron"))
+        mark = torch.optim.SGD([marker], lr=0.0)
+        for warm in (True, False):
+            for _ in range(2):
+                ids = torch.randint(0, c["vocab"], (c["micro_batch"], c["seq"]), device="neuron")
+                nsp = torch.zeros(c["micro_batch"], dtype=torch.long, device="neuron")
+                kwargs = dict(token_type_ids=torch.zeros_like(ids), attention_mask=torch.ones_like(ids))
+                with torch.autocast("neuron", dtype=torch.bfloat16):
+                    out = step(input_ids=ids, labels=ids, next_sentence_label=nsp, **kwargs)
+                (out.loss / c["accumulation"]).backward()
+                if not warm:
+                    mark.step()
+            _all_reduce_buckets([p.grad for p in reversed(list(model.parameters())) if p.grad is not None])
+            opt.step()
+            opt.zero_grad()
+        dist.destroy_process_group()
+    return [_trim(r.raw())]
+
+
+def _all_reduce_buckets(grads: list) -> None:
+    """What DDP does with gradients (flatten into buckets, all-reduce each, copy back); DDP
+    itself cannot be built over the dry run's fake process group (it verifies parameter shapes
+    across ranks from the collective's data)."""
+    import torch
+    import torch.distributed as dist
+
+    bucket: list = []
+
+    def flush():
+        flat = torch.cat([g.reshape(-1) for g in bucket])
+        dist.all_reduce(flat)
+        for g, part in zip(bucket, flat.split([g.numel() for g in bucket])):
+            g.copy_(part.view_as(g))
+        bucket.clear()
+
+    for g in grads:
+        bucket.append(g)
+        if sum(x.nbytes for x in bucket) >= BERT_BUCKET_BYTES:
+            flush()
+    if bucket:
+        flush()
+
+
+def _bucket(raw: dict, fig: dict, i: int) -> tuple:
+    """(estimated seconds, matmul FLOPs) of bucket `i` of a recording (what ran between two
+    optimizer steps)."""
+    from torch_neuronx.readiness import _estimate
+
+    prec = raw.get("fp32_precision", "highest")
+    buckets = list(zip(raw["ops"], raw["collectives"], raw.get("graphs") or [[]] * len(raw["ops"])))
+    parts = raw.get("graph_parts", {})
+    terms, _, flops = _estimate._breakdown([buckets[i]], parts, fig, prec)
+    return sum(terms.values()), sum(flops.values())
+
+
+def bert_row(raws: list) -> dict:
+    """BERT-Large phase 1 row from its recording: the optimizer step is the first micro-batch,
+    31 accumulating ones like the recorded second, and the all-reduce with AdamW."""
+    from torch_neuronx.readiness import _estimate
+
+    c = BERT
+    raw = raws[0]
+    fig = _estimate.core_figures("trn1", 1, "trn1.32xlarge")
+    (t1, f1), (t2, f2), (t3, f3) = (_bucket(raw, fig, i) for i in (1, 2, 3))
+    n = c["accumulation"]
+    seconds, flops = t1 + (n - 1) * t2 + t3, f1 + (n - 1) * f2 + f3
+    seqs = c["ranks"] * c["micro_batch"] * n
+    return _row(
+        "BERT-Large phase-1 pre-training throughput",
+        "trn1.32xlarge, DP=32, micro-batch 16 x 32 accumulation steps, seq 128, BF16 autocast, AdamW",
+        c["aws"],
+        seqs / seconds,
+        "seq/s",
+        flops * c["ranks"],
+        seqs / c["aws"],
+        c["ranks"],
+    )
+
+
+# -- Llama-3.1-70B pre-training, TP=32 x PP=8 x DP=4 on 32 trn1.32xlarge --------------------
+LLAMA70B = dict(
+    hidden_size=8192,
+    intermediate_size=28672,
+    num_hidden_layers=80,
+    num_attention_heads=64,
+    num_key_value_heads=8,
+    kv_replicator=4,
+    vocab_size=128256,
+    rope_theta=500000.0,
+)
+LLAMA_RUN = dict(tp=32, pp=8, dp=4, seq=8192, global_batch=1024, aws=7.94)
+_STAGE_KINDS = (0, 1, LLAMA_RUN["pp"] - 1)  # the first, a middle and the last stage (the middle ones are alike)
+
+
+def record_llama_stage(index: int) -> dict:
+    """Tensor-parallel rank 0 of pipeline stage `index`, a dry run at full size: three
+    micro-batches (forward and backward, the last two accumulating into the gradients, as all
+    but the first of a step do), each closed by a marker optimizer step so the estimate times
+    each on its own, then the ZeRO-1 AdamW step over this rank's quarter of its stage's fp32
+    parameters (the DP=4 shard)."""
+    import torch
+    import torch.distributed as dist
+    from _tp_llama import Stage
+
+    import torch_neuronx
+
+    run = LLAMA_RUN
+    with torch_neuronx.readiness(dry_run=True, instance="trn1.32xlarge") as r:
+        dist.init_process_group("neuron", rank=0, world_size=run["tp"], store=dist.HashStore())
+        stage = Stage(LLAMA70B, run["tp"], index, run["pp"], dist.group.WORLD).to("neuron")
+        # compiled whole by XLA and neuronx-cc in AWS's run: a compiled graph here as well
+        run_stage = torch.compile(stage, backend="neuron")
+        marker = torch.nn.Parameter(torch.zeros(1, device="neuron"))
+        mark = torch.optim.SGD([marker], lr=0.0)
+        pos = torch.arange(run["seq"], device="neuron")
+        for _ in range(3):
+            labels = torch.randint(0, LLAMA70B["vocab_size"], (run["seq"],), device="neuron")
+            if index == 0:
+                x = torch.randint(0, LLAMA70B["vocab_size"], (run["seq"],), device="neuron")
+            else:
+                shard = (run["seq"] // run["tp"], LLAMA70B["hidden_size"])
+                x = torch.randn(shard, device="neuron", dtype=torch.bfloat16, requires_grad=True)
+            with torch.autocast("neuron", dtype=torch.bfloat16):
+                out = run_stage(x, pos, labels)
+            out.backward() if out.dim() == 0 else out.backward(torch.randn_like(out))
+            mark.step()
+        numel = sum(p.numel() for p in stage.parameters()) // run["dp"]
+        shard = torch.nn.Parameter(torch.zeros(numel, device="neuron"))
+        shard.grad = torch.zeros_like(shard)
+        torch.optim.AdamW([shard], foreach=True).step()
+        raw = _trim(r.raw())
+        raw["stage_params"] = numel * run["dp"]
+        raw["index"] = index
+        dist.destroy_process_group()
+    return raw
+
+
+def record_llama() -> list:
+    return [record_llama_stage(i) for i in _STAGE_KINDS]
+
+
+def _stage_terms(raw: dict, fig: dict) -> tuple:
+    """(seconds of one steady micro-batch with its activation transfers, seconds of the optimizer
+    step with ZeRO-1's collectives over DP) of one stage's tensor-parallel rank."""
+    from torch_neuronx.readiness import _estimate
+
+    run = LLAMA_RUN
+    rank = _estimate._rank_estimate(raw, fig, raw.get("fp32_precision", "highest"))
+    micro, opt = rank["bucket_seconds"][2], rank["bucket_seconds"][3]
+    # A stage's activations (and their gradients) go to the next stage's rank on another
+    # instance (TP=32 fills one): each micro-batch sends/receives one sequence shard in bf16
+    # per neighbour and direction, none overlapped with compute.
+    act = run["seq"] // run["tp"] * LLAMA70B["hidden_size"] * 2
+    neighbours = 1 if raw["index"] in (0, run["pp"] - 1) else 2
+    micro += 2 * neighbours * _estimate.collective_time(fig, "send", act, 2, across_instances=True)[0]
+    # ZeRO-1 over the DP group (one rank per replica, on 4 instances): reduce-scatter of the fp32
+    # gradients, all-gather of the updated fp32 parameters.
+    nbytes = raw["stage_params"] * 4
+    for name in ("reduce_scatter_tensor", "all_gather_into_tensor"):
+        opt += _estimate.collective_time(fig, name, nbytes, run["dp"], across_instances=True)[0]
+    return micro, opt, rank["tensor_flops"]
+
+
+def llama_row(raws: list) -> dict:
+    """Llama-3.1-70B pre-training row from its stages' recordings."""
+    from torch_neuronx.readiness import _estimate
+
+    run = LLAMA_RUN
+    fig = _estimate.core_figures("trn1", 1, "trn1.32xlarge")
+    terms = {raw["index"]: _stage_terms(raw, fig) for raw in raws}
+    # stages 1 to PP-2 hold the same layers and run the same ops: one recording stands for all
+    kinds = [
+        terms[_STAGE_KINDS[0] if i == 0 else _STAGE_KINDS[2] if i == run["pp"] - 1 else _STAGE_KINDS[1]]
+        for i in range(run["pp"])
+    ]
+    micro = run["global_batch"] // run["dp"]
+    step = _estimate.pipeline_seconds([k[0] for k in kinds], micro) + max(k[1] for k in kinds)
+    per_micro = sum(sum(k[2].values()) for k in kinds)
+    flops = per_micro * run["tp"] * micro * run["dp"]
+    return _row(
+        "Llama-3.1-70B pre-training throughput",
+        "32 x trn1.32xlarge, TP=32 x PP=8 x DP=4, seq 8192, global batch 1024 (256 micro-batches of 1), "
+        "BF16 autocast, ZeRO-1 fp32 AdamW",
+        run["aws"],
+        run["global_batch"] / step,
+        "seq/s",
+        flops,
+        run["global_batch"] / run["aws"],
+        run["tp"] * run["pp"] * run["dp"],
+    )
+
+
+# -- the table --------------------------------------------------------------------------------
+def _save(directory: str | None, name: str, raws: list) -> None:
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, f"{name}.json"), "w") as f:
+            json.dump(raws, f)
+
+
+def bert(save: str | None = None) -> dict:
+    raws = record_bert()
+    _save(save, "bert", raws)
+    return bert_row(raws)
+
+
+def llama70b(save: str | None = None) -> dict:
+    raws = record_llama()
+    _save(save, "llama70b", raws)
+    return llama_row(raws)
+
+
+# Each entry returns one row dict; rows of other modules with the same keys join this list.
+ROWS = [bert, llama70b]
+
+
+def to_markdown(rows: list) -> str:
+    lines = [
+        "| configuration | AWS | estimate | ratio | implied MFU |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['figure']}: {r['configuration']} | {r['aws']:,.2f} {r['unit']} | {r['estimate']:,.2f} {r['unit']} "
+            f"| {r['ratio']:.2f} | {r['mfu'] * 100:.1f}% |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    by_name = {f.__name__: f for f in ROWS}
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", default=",".join(by_name), help=f"comma-separated, of: {', '.join(by_name)}")
+    p.add_argument("--save", help="directory to write each configuration's recording to (JSON)")
+    args = p.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    wanted = args.rows.split(",")
+    unknown = [w for w in wanted if w not in by_name]
+    if unknown:
+        p.error(f"unknown row(s) {unknown}; choose from {', '.join(by_name)}")
+    rows = []
+    for name in wanted:
+        f = by_name[name]
+        rows.append(f(save=args.save) if "save" in inspect.signature(f).parameters else f())
+    print(to_markdown(rows))
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(BrokenPipeError):
+        main()
