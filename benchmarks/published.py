@@ -1,7 +1,7 @@
 """The readiness time estimate against AWS's published Trainium training figures.
 
     python benchmarks/published.py                   # record every configuration, print the table
-    python benchmarks/published.py --rows bert       # one row (bert, llama70b)
+    python benchmarks/published.py --rows bert       # one row (bert, llama70b, llama_405b_ttft, llama_405b_tpot)
     python benchmarks/published.py --save DIR        # also write each recording as JSON
 
 Each row reproduces one published configuration at its real size and runs it through the
@@ -32,6 +32,8 @@ import inspect
 import json
 import os
 import sys
+
+import published_inference  # this directory is the script's: on sys.path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -315,8 +317,9 @@ def llama70b(save: str | None = None) -> dict:
     return llama_row(raws)
 
 
-# Each entry returns one row dict; rows of other modules with the same keys join this list.
-ROWS = [bert, llama70b]
+# Each entry returns one row dict: the training rows here, the inference rows (one shared dry
+# run of Llama-3.1-405B's generate) from published_inference.py.
+ROWS = [bert, llama70b, *published_inference.ROWS]
 
 
 def to_markdown(rows: list) -> str:
