@@ -43,7 +43,7 @@ def _generate(dry_run: bool):
 
 
 @pytest.mark.parametrize("dry_run", [False, True], ids=["real", "dry"])
-def test_generate_reports_a_prefill_and_a_cheaper_decode_step(dry_run):
+def test_generate_reports_a_prefill_and_a_cheaper_decode_step(dry_run, fresh_dynamo):  # nothing compiled before
     report, shape = _generate(dry_run)
     # a dry run knows the stopping flags built from the length: it stops at max_new_tokens
     assert shape == (1, PROMPT + NEW)
