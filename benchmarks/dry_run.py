@@ -26,30 +26,10 @@ import tempfile
 import threading
 import time
 
+import _llama  # this directory is the script's: on sys.path
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Public configs (meta-llama/Llama-3.1-8B and -70B config.json).
-LLAMA = {
-    "8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32),
-    "70b": dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64),
-}
-COMMON = dict(
-    num_key_value_heads=8,
-    vocab_size=128256,
-    max_position_embeddings=131072,
-    rms_norm_eps=1e-5,
-    rope_theta=500000.0,
-    rope_scaling={
-        "factor": 8.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192,
-        "rope_type": "llama3",
-    },
-    tie_word_embeddings=False,
-    bos_token_id=128000,
-    eos_token_id=128001,
-)
 CASES = {  # name -> (model, tp, fsdp, instance)
     "8b": ("8b", 4, 8, "trn2.48xlarge"),
     "8b-1core": ("8b", 1, 1, "trn2.48xlarge"),
@@ -65,7 +45,7 @@ def build_checkpoint(model: str, path: str) -> int:
 
     tokenizer = train_tokenizer(vocab_size=512)  # any ids below the model's vocabulary do
     tokenizer.save_pretrained(path)
-    return header_only_checkpoint(LlamaConfig(**LLAMA[model], **COMMON), path)
+    return header_only_checkpoint(LlamaConfig(**_llama.config(model)), path)
 
 
 def _tree_rss_bytes(root: int) -> int:

@@ -36,6 +36,8 @@ import sys
 import tempfile
 import time
 
+import _llama  # this directory is the script's: on sys.path
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INSTANCE, LNC, TP = "trn2.48xlarge", 2, 64
 PROMPT, NEW_TOKENS = 10_000, 4  # 3 decode steps after the prefill: a median of 3
@@ -45,28 +47,7 @@ CONFIGURATION = (
 )
 
 # Public config of meta-llama/Llama-3.1-405B (config.json), KV heads replicated to TP=64 (see above).
-LLAMA_405B = dict(
-    hidden_size=16384,
-    intermediate_size=53248,
-    num_hidden_layers=126,
-    num_attention_heads=128,
-    num_key_value_heads=8,
-    head_dim=128,
-    vocab_size=128256,
-    max_position_embeddings=131072,
-    rms_norm_eps=1e-5,
-    rope_theta=500000.0,
-    rope_scaling={
-        "factor": 8.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192,
-        "rope_type": "llama3",
-    },
-    tie_word_embeddings=False,
-    bos_token_id=128000,
-    eos_token_id=128001,
-)
+LLAMA_405B = _llama.config("405b")
 KV_REPLICATION = TP // LLAMA_405B["num_key_value_heads"]
 
 # AWS's figures (TRAINIUM_PERF.md: Neuron documentation, NxD Inference + vLLM on trn2.48xlarge).
