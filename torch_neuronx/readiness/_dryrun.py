@@ -36,7 +36,7 @@ _aten = torch.ops.aten
 _PRIM_DEVICE = torch.ops.prim.device.default
 _PEAK_STEP = 1.02  # re-take the snapshot of live storages when usage grows by 2%
 _TOP_TENSORS = 10
-# Host (CPU) ops on real inputs whose results are at most this size run for real, so small
+# Host (CPU) ops on real inputs whose results are under this size run for real, so small
 # host work keeps its values: a DeviceMesh's rank table, a sampler's permutation, token
 # counts. Larger host tensors (a model built on CPU before it moves) are fake too.
 _REAL_HOST_BYTES = 16 << 20
