@@ -154,9 +154,8 @@ def _bucket(raw: dict, fig: dict, i: int) -> tuple:
     from torch_neuronx.readiness import _estimate
 
     prec = raw.get("fp32_precision", "highest")
-    buckets = list(zip(raw["ops"], raw["collectives"], raw.get("graphs") or [[]] * len(raw["ops"])))
     parts = raw.get("graph_parts", {})
-    terms, _, flops = _estimate._breakdown([buckets[i]], parts, fig, prec)
+    terms, _, flops = _estimate._breakdown([_estimate.step_buckets(raw)[i]], parts, fig, prec)
     return sum(terms.values()), sum(flops.values())
 
 

@@ -45,22 +45,26 @@ class MLP(nn.Module):
         return self.net(x)
 
 
-def tiny_llama():
-    """A 2-layer Llama (GQA, vocab 1000) with seeded weights, in eval mode, on CPU."""
+def tiny_llama(**config):
+    """A 2-layer Llama (GQA, vocab 1000) with seeded weights, in eval mode, on CPU; `config`
+    overrides LlamaConfig fields."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(
-        vocab_size=1000,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        bos_token_id=0,
-        eos_token_id=999,
-        pad_token_id=999,
+        **{
+            "vocab_size": 1000,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 128,
+            "bos_token_id": 0,
+            "eos_token_id": 999,
+            "pad_token_id": 999,
+            **config,
+        }
     )
     torch.manual_seed(0)
     return LlamaForCausalLM(cfg).eval()

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import torch_neuronx
+from helpers import tiny_llama
 from torch_neuronx import _hardware as hw
 from torch_neuronx.readiness import _collect, _estimate
 
@@ -18,21 +19,9 @@ PROMPT, NEW = 512, 4
 
 
 def _generate(dry_run: bool):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(
-        vocab_size=512,
-        hidden_size=256,
-        intermediate_size=1024,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        eos_token_id=2,
-    )
-    torch.manual_seed(0)
+    config = dict(vocab_size=512, hidden_size=256, intermediate_size=1024, max_position_embeddings=1024)
     with torch_neuronx.readiness(dry_run=dry_run) as r:
-        model = LlamaForCausalLM(cfg).to("neuron").eval()
+        model = tiny_llama(**config, bos_token_id=1, eos_token_id=2, pad_token_id=None).to("neuron")
         ids = torch.ones(1, PROMPT, dtype=torch.long, device="neuron")
         with torch.no_grad():
             out = model.generate(

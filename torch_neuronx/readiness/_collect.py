@@ -200,6 +200,11 @@ def _moved_bytes(name: str, ins: list, outs: list) -> int:
     return sum(t.nbytes for t in ins) + sum(t.nbytes for t in outs)
 
 
+def _rows(counter: collections.Counter) -> list:
+    """A bucket's counter as JSON rows: the key's fields (a graph's name) followed by the count."""
+    return [[*k, n] if isinstance(k, tuple) else [k, n] for k, n in counter.items()]
+
+
 def _nbytes(v) -> int:
     return v.numel() * v.element_size() if isinstance(v, torch.Tensor) else 0
 
@@ -659,9 +664,9 @@ class Collector:
             "steps": n_steps,
             "fp32_precision": torch.get_float32_matmul_precision(),
             "wall_seconds": round(self.wall_seconds, 4),
-            "ops": [[list(k) + [n] for k, n in c.items()] for c in self.ops],
-            "collectives": [[list(k) + [n] for k, n in c.items()] for c in self.collectives],
-            "graphs": [[[k, n] for k, n in c.items()] for c in self.graphs],
+            "ops": [_rows(c) for c in self.ops],
+            "collectives": [_rows(c) for c in self.collectives],
+            "graphs": [_rows(c) for c in self.graphs],
             "graph_parts": self.graph_parts,
             "forwards": self.forwards.raw(),
             "fallbacks": [
@@ -825,9 +830,9 @@ class _Forwards:
                 {
                     "phase": b["phase"],
                     "tokens": b["tokens"],
-                    "ops": [list(k) + [n] for k, n in b["ops"].items()],
-                    "collectives": [list(k) + [n] for k, n in b["collectives"].items()],
-                    "graphs": [[k, n] for k, n in b["graphs"].items()],
+                    "ops": _rows(b["ops"]),
+                    "collectives": _rows(b["collectives"]),
+                    "graphs": _rows(b["graphs"]),
                 }
                 for b in done
             ],

@@ -29,11 +29,10 @@ import torch
 
 from .. import _C
 from . import _fake
-from ._collect import _SITE, _user_frame
+from ._collect import _PRIM_DEVICE, _SITE, _user_frame
 from ._collect import _frame_site as _site
 
 _aten = torch.ops.aten
-_PRIM_DEVICE = torch.ops.prim.device.default
 _PEAK_STEP = 1.02  # re-take the snapshot of live storages when usage grows by 2%
 _TOP_TENSORS = 10
 # Host (CPU) ops on real inputs whose results are under this size run for real, so small

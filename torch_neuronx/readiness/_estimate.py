@@ -263,23 +263,14 @@ def phases(raws: list, fig: dict, prec: str = "highest") -> dict | None:
 def _phase_rank(raw: dict, buckets: list, fig: dict, prec: str) -> dict:
     """One rank's median bucket of a phase: its seconds, terms and shares."""
     parts = raw.get("graph_parts", {})
-    graph_seconds = {g: sum(op_time(fig, *p, prec)[0] for p in ps) for g, ps in parts.items()}
     scoped = [(b["ops"], b["collectives"], b["graphs"]) for b in buckets]
-    seconds = _bucket_seconds({"ops": [s[0] for s in scoped], "collectives": [s[1] for s in scoped],
-                               "graphs": [s[2] for s in scoped]}, fig, prec, graph_seconds)  # fmt: skip
-    median = statistics.median(seconds)
-    i = min(range(len(seconds)), key=lambda j: abs(seconds[j] - median))
-    terms, by_op, tensor_flops = _breakdown([scoped[i]], parts, fig, prec)
-    total = sum(terms.values()) or 1.0
+    seconds = _bucket_seconds(scoped, fig, prec, _graph_seconds(parts, fig, prec))
+    median, i = _median_bucket(seconds)
     return {
         "seconds": median,
         "count": len(buckets),
         "tokens": buckets[i]["tokens"],
-        "terms": terms,
-        "term_shares": {k: v / total for k, v in terms.items()},
-        "dominant": max(terms, key=terms.get),
-        "tensor_flops": tensor_flops,
-        "ops": sorted(by_op.values(), key=lambda e: -e["seconds"])[:20],
+        **_summary([scoped[i]], parts, fig, prec, top=20),
     }
 
 
@@ -298,11 +289,20 @@ def _utilisation(per_rank: list, seconds: float, fig: dict, prec: str) -> dict:
     return {"model_flops": total, "mfu_dtype": dtype, "peak_flops": peak, "mfu": total / (seconds * peak)}
 
 
-def _bucket_seconds(raw: dict, fig: dict, prec: str, graph_seconds: dict) -> list:
-    """Estimated seconds of each bucket: one per optimizer step (every forward/backward pass
-    since the previous step, so with gradient accumulation all its micro-batches), then the
-    ops after the last step."""
-    buckets = zip(raw["ops"], raw["collectives"], raw.get("graphs") or [[]] * len(raw["ops"]))
+def step_buckets(raw: dict) -> list:
+    """(ops, collectives, graphs) of each bucket of a recording: one per optimizer step (every
+    forward/backward pass since the previous step, so with gradient accumulation all its
+    micro-batches), then the ops after the last step."""
+    return list(zip(raw["ops"], raw["collectives"], raw.get("graphs") or [[]] * len(raw["ops"])))
+
+
+def _graph_seconds(parts: dict, fig: dict, prec: str) -> dict:
+    """Estimated seconds of one run of each compiled graph, from its parts."""
+    return {g: sum(op_time(fig, *p, prec)[0] for p in ps) for g, ps in parts.items()}
+
+
+def _bucket_seconds(buckets: list, fig: dict, prec: str, graph_seconds: dict) -> list:
+    """Estimated seconds of each (ops, collectives, graphs) bucket."""
     seconds = []
     for ops, colls, graphs in buckets:
         t = sum(op_time(fig, k, d, f, b, o, prec)[0] * n for _, d, k, f, b, o, n in ops)
@@ -312,21 +312,38 @@ def _bucket_seconds(raw: dict, fig: dict, prec: str, graph_seconds: dict) -> lis
     return seconds
 
 
+def _median_bucket(seconds: list) -> tuple:
+    """(median seconds, index of the bucket nearest to it): the bucket the breakdown shows."""
+    median = statistics.median(seconds)
+    return median, min(range(len(seconds)), key=lambda j: abs(seconds[j] - median))
+
+
+def _summary(scope: list, parts: dict, fig: dict, prec: str, top: int | None = None) -> dict:
+    """Terms, their shares, the dominant one, Tensor Engine FLOPs and the costliest ops of `scope`."""
+    terms, by_op, tensor_flops = _breakdown(scope, parts, fig, prec)
+    total = sum(terms.values()) or 1.0
+    return {
+        "terms": terms,
+        "term_shares": {k: v / total for k, v in terms.items()},
+        "dominant": max(terms, key=terms.get),
+        "tensor_flops": tensor_flops,
+        "ops": sorted(by_op.values(), key=lambda e: -e["seconds"])[:top],
+    }
+
+
 def _rank_estimate(raw: dict, fig: dict, prec: str) -> dict:
     n_steps = raw["steps"]
     parts = raw.get("graph_parts", {})
-    graph_seconds = {g: sum(op_time(fig, *p, prec)[0] for p in ps) for g, ps in parts.items()}
-    seconds = _bucket_seconds(raw, fig, prec, graph_seconds)
-    buckets = list(zip(raw["ops"], raw["collectives"], raw.get("graphs") or [[]] * len(raw["ops"])))
+    buckets = step_buckets(raw)
+    seconds = _bucket_seconds(buckets, fig, prec, _graph_seconds(parts, fig, prec))
     if n_steps:
-        step_seconds = statistics.median(seconds[:n_steps])
-        # the breakdown is of the median step
-        i = min(range(n_steps), key=lambda j: abs(seconds[j] - step_seconds))
-        scope = [buckets[i]]
+        step_seconds, i = _median_bucket(seconds[:n_steps])
+        scope = [buckets[i]]  # the breakdown is of the median step
     else:
         step_seconds = sum(seconds)
         scope = buckets
-    terms, by_op, tensor_flops = _breakdown(scope, parts, fig, prec)
+    summary = _summary(scope, parts, fig, prec)
+    terms = summary["terms"]
     total = sum(terms.values()) or 1.0
     shares = {
         "compute": terms["compute"] / total,
@@ -339,12 +356,8 @@ def _rank_estimate(raw: dict, fig: dict, prec: str) -> dict:
         "step_seconds": step_seconds,
         "bucket_seconds": seconds,
         "per_step": bool(n_steps),
-        "terms": terms,
-        "term_shares": {k: v / total for k, v in terms.items()},
+        **summary,
         "shares": shares,
-        "dominant": max(terms, key=terms.get),
-        "tensor_flops": tensor_flops,
-        "ops": sorted(by_op.values(), key=lambda e: -e["seconds"]),
     }
 
 

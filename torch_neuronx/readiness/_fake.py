@@ -133,7 +133,7 @@ def _meta_like(a):
 
 
 def host_result_is_small(func, args, kwargs, limit: int) -> bool:
-    """An ATen op on real host tensors makes results of at most `limit` bytes in all, as its
+    """An ATen op on real host tensors makes results of under `limit` bytes in all, as its
     meta kernel says (shapes only, no data: far cheaper than the fake mode, which converts
     every real input to a fake one first). False when the meta kernel cannot say."""
     if func.namespace != "aten" or not any(isinstance(a, torch.Tensor) for a in _leaves(args, kwargs)):
