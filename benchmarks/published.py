@@ -6,7 +6,7 @@
 
 Each row reproduces one published configuration at its real size and runs it through the
 readiness time model (torch_neuronx/readiness/_estimate.py, with the hardware table in
-torch_neuronx/_hardware.py); nothing here is fitted to the published figure. A row is a dict:
+neuronsim/hardware.py); nothing here is fitted to the published figure. A row is a dict:
 
 - ``figure``: what AWS published; ``configuration``: the run; ``unit``: of the two numbers;
 - ``aws``: AWS's figure; ``estimate``: ours; ``ratio``: estimate / aws (above 1: too optimistic);
@@ -58,7 +58,7 @@ def _trim(raw: dict) -> dict:
 
 
 def _row(figure, configuration, aws, estimate, unit, flops_per_step, aws_step_seconds, cores) -> dict:
-    from torch_neuronx import _hardware as hw
+    from neuronsim import hardware as hw
 
     peak = hw.CHIPS["trn1"].tensor_flops["bfloat16"]
     return {

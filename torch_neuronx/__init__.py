@@ -44,9 +44,9 @@ def __getattr__(name):
     # NKI's PyTorch integration loads on first use: it imports torch._dynamo,
     # which plain `import torch` must not.
     if name in ("nki_op", "wrap_nki"):
-        from .nki import _torch_op
+        from ._nki import op
 
-        return getattr(_torch_op, name)
+        return getattr(op, name)
     if name == "readiness":
         import importlib
 
@@ -56,7 +56,6 @@ def __getattr__(name):
 
 _autoload()
 
-# `import nki` / `import neuronxcc.nki` -> torch_neuronx.nki unless a real NKI is installed.
-from .nki._alias import install as _install_nki_alias  # noqa: E402
-
-_install_nki_alias()
+# torch_neuronx.nki is the torch-free NKI simulator, neuronsim.nki, with its PyTorch
+# integration added (and `import nki` / `neuronxcc.nki` unless a real NKI is installed).
+from ._nki import nki  # noqa: E402

@@ -5,7 +5,9 @@ import threading
 
 import torch
 
-from . import _C, _hardware
+from neuronsim import hardware as _hardware
+
+from . import _C
 
 # The runtime models instance types from the one hardware table; hand it over
 # before anything can start the runtime.

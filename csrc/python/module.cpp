@@ -63,7 +63,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_shutdown_autograd_threads", &shutdown_autograd_threads);
   m.def("_instance_info", &instance_info);
   // (name, physical cores, HBM bytes, allowed LNC, default LNC) per chip and
-  // (name, chip, chips) per instance type, from torch_neuronx/_hardware.py.
+  // (name, chip, chips) per instance type, from neuronsim/hardware.py.
   m.def("_set_hardware_tables",
         [](const std::vector<std::tuple<std::string, int, uint64_t, std::vector<int>, int>>& chips,
            const std::vector<std::tuple<std::string, std::string, int>>& types) {

@@ -51,7 +51,7 @@ struct InstanceType {
 };
 
 // The hardware tables (instance_table.cpp), set once from Python's
-// torch_neuronx/_hardware.py, and the instance type assumed when
+// neuronsim/hardware.py, and the instance type assumed when
 // TORCH_NEURONX_INSTANCE_TYPE is unset. Both getters throw ConfigError
 // before the tables are set.
 constexpr const char* kDefaultInstanceType = "trn2.3xlarge";

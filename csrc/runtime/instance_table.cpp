@@ -1,5 +1,5 @@
 // The chips and instance types the simulator models. No figure is kept here:
-// torch_neuronx/_hardware.py is their one source (the NKI cost model and the
+// neuronsim/hardware.py is their one source (the NKI cost model and the
 // readiness estimates read it too) and hands the tables over when the package
 // is imported, before the runtime starts.
 #include <mutex>
@@ -22,7 +22,8 @@ void set_hardware_tables(std::vector<ChipSpec> chips, std::vector<InstanceType> 
 std::vector<InstanceType> instance_types() {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_types.empty())
-    throw ConfigError("the hardware tables are not loaded: import torch_neuronx (it loads them from _hardware.py)");
+    throw ConfigError(
+        "the hardware tables are not loaded: import torch_neuronx (it loads them from neuronsim/hardware.py)");
   return g_types;
 }
 

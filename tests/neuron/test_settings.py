@@ -1,4 +1,4 @@
-"""Every environment variable has one home: torch_neuronx/_settings.py, and docs/configuration.md."""
+"""Every environment variable has one home: neuronsim/settings.py, and docs/configuration.md."""
 
 import ast
 import re
@@ -6,15 +6,21 @@ from pathlib import Path
 
 import pytest
 
-from torch_neuronx import _hardware, _settings
+from neuronsim import hardware as _hardware
+from neuronsim import settings as _settings
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = ROOT / "torch_neuronx"
+# Both packages of the distribution: torch_neuronx and the torch-free neuronsim (NKI, hardware table).
+PACKAGES = (ROOT / "torch_neuronx", ROOT / "neuronsim")
 CSRC = ROOT / "csrc"
 DOCS = ROOT / "docs"
-REGISTRY = PACKAGE / "_settings.py"
+REGISTRY = ROOT / "neuronsim" / "settings.py"
 _ENV_NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
 _ACCESSORS = {"get", "raw", "setdefault", "override"}
+
+
+def _package_files():
+    return sorted(p for package in PACKAGES for p in package.rglob("*.py"))
 
 
 def _env_uses(path: Path):
@@ -36,7 +42,7 @@ def _env_uses(path: Path):
 
 def _registry_calls():
     """(path, line, name) of each _settings.<accessor>("NAME") call with a literal name."""
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in _package_files():
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if (
                 isinstance(node, ast.Call)
@@ -75,11 +81,11 @@ def _cpp_getenv_names():
 def test_python_reads_the_environment_only_through_the_registry():
     offenders = [
         f"{path.relative_to(ROOT)}:{line}: {what}"
-        for path in sorted(PACKAGE.rglob("*.py"))
+        for path in _package_files()
         if path != REGISTRY
         for line, what in _env_uses(path)
     ]
-    assert offenders == [], "read environment variables with torch_neuronx._settings.get/raw (declare them there)"
+    assert offenders == [], "read environment variables with neuronsim.settings.get/raw (declare them there)"
 
 
 def test_the_scan_sees_environment_reads(tmp_path):
@@ -99,9 +105,9 @@ def test_cpp_reads_only_registered_names():
     names = _cpp_getenv_names()
     assert "TORCH_NEURONX_STRICT_FALLBACK" in names and "NEURON_RT_NUM_CORES" in names  # the scan works
     unregistered = {n: files for n, files in names.items() if n not in _settings.SETTINGS}
-    assert unregistered == {}, "declare these in torch_neuronx/_settings.py with read_by including 'c++'"
+    assert unregistered == {}, "declare these in neuronsim/settings.py with read_by including 'c++'"
     unmarked = sorted(n for n in names if "c++" not in _settings.SETTINGS[n].read_by)
-    assert unmarked == [], "mark these read_by=(..., 'c++') in torch_neuronx/_settings.py"
+    assert unmarked == [], "mark these read_by=(..., 'c++') in neuronsim/settings.py"
 
 
 def test_registry_marks_cpp_only_where_cpp_reads():
@@ -112,7 +118,7 @@ def test_registry_marks_cpp_only_where_cpp_reads():
 
 def test_registry_marks_python_only_where_python_names_them():
     # A variable read by Python appears by name in some package file other than the registry.
-    text = "\n".join(p.read_text() for p in PACKAGE.rglob("*.py") if p != REGISTRY)
+    text = "\n".join(p.read_text() for p in _package_files() if p != REGISTRY)
     stale = sorted(n for n, s in _settings.SETTINGS.items() if "python" in s.read_by and f'"{n}"' not in text)
     assert stale == [], "no Python code reads these: drop 'python' from their read_by"
 
@@ -161,7 +167,7 @@ def test_get_reads_at_call_time_with_the_declared_type(monkeypatch):
 
 
 def test_unregistered_names_are_refused():
-    with pytest.raises(KeyError, match="declare it in torch_neuronx/_settings.py"):
+    with pytest.raises(KeyError, match="declare it in neuronsim/settings.py"):
         _settings.get("TORCH_NEURONX_NO_SUCH_VARIABLE")
 
 

@@ -10,7 +10,7 @@ import torch
 
 import torch_neuronx
 from helpers import tiny_llama
-from torch_neuronx import _hardware as hw
+from neuronsim import hardware as hw
 from torch_neuronx.readiness import _collect, _estimate
 
 REPO = Path(__file__).parents[2]

@@ -12,7 +12,7 @@ import torch
 
 import torch_neuronx
 from helpers import worker_env
-from torch_neuronx import _hardware as hw
+from neuronsim import hardware as hw
 from torch_neuronx.readiness import _estimate
 
 SCRIPTS = Path(__file__).parent / "scripts"

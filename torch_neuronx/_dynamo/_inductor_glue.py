@@ -668,7 +668,7 @@ class _cache_scope:
         self.cache_dir = cache_dir
 
     def __enter__(self):
-        from .. import _settings
+        from neuronsim import settings as _settings
 
         _env_lock.acquire()
         self._scope = _settings.override("TORCHINDUCTOR_CACHE_DIR", self.cache_dir)

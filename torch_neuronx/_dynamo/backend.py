@@ -17,7 +17,8 @@ import warnings
 
 import torch
 
-from .. import _settings
+from neuronsim import settings as _settings
+
 from ..profiler import _graphs as _profiler_graphs
 from . import _inductor_glue as glue
 from . import cache, metrics

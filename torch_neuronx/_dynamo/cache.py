@@ -21,7 +21,7 @@ import warnings
 
 import torch
 
-from .. import _settings
+from neuronsim import settings as _settings
 
 _tmp_lock = threading.Lock()
 _private_dir: str | None = None

@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 
-from .. import _settings
+from neuronsim import settings as _settings
 
 DEFAULT_PROMPT = "The model"
 # fp32 logits of the reloaded CPU checkpoint vs the trained neuron model: the simulator runs the

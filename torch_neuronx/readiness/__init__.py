@@ -45,7 +45,7 @@ class Readiness:
         rank: int | None = None,
         world_size: int | None = None,
     ):
-        from .. import _hardware
+        from neuronsim import hardware as _hardware
 
         if instance is not None:
             _hardware.instance(instance)  # raises a clear error for an unknown name

@@ -146,7 +146,8 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    from .. import _hardware, _settings
+    from neuronsim import hardware as _hardware
+    from neuronsim import settings as _settings
 
     try:
         inst = _hardware.instance(opts.instance)

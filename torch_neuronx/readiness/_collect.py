@@ -27,7 +27,9 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .. import _C, _settings
+from neuronsim import settings as _settings
+
+from .. import _C
 from ..profiler import _graphs
 from . import _fake
 

@@ -1,7 +1,7 @@
 """Estimated time of a recorded run on real Trainium.
 
 Each op is timed from its FLOPs and bytes (from its shapes and dtypes) by a
-roofline on one logical NeuronCore's published figures (torch_neuronx/_hardware.py,
+roofline on one logical NeuronCore's published figures (neuronsim/hardware.py,
 the table the NKI cost model reads), plus the fixed costs a roofline leaves out;
 each collective by a ring latency/bandwidth model of NeuronLink. ASSUMPTIONS is
 printed in every report.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 
-from .. import _hardware as hw
+from neuronsim import hardware as hw
 
 ASSUMPTIONS = (
     "Each op runs alone on one logical NeuronCore: time = fixed + max(compute, memory).",

@@ -114,7 +114,7 @@ class AsRank:
         import torch
         import torch.distributed as dist
 
-        from .. import _settings
+        from neuronsim import settings as _settings
 
         if dist.is_initialized():
             raise RuntimeError("a process group already exists in this process; dry-run as another rank before it")
@@ -126,7 +126,7 @@ class AsRank:
     def __exit__(self, *exc) -> None:
         import torch.distributed as dist
 
-        from .. import _settings
+        from neuronsim import settings as _settings
 
         if dist.is_initialized():
             dist.destroy_process_group()  # a fake group: no real run may use it
@@ -135,7 +135,7 @@ class AsRank:
 
 
 def _child(rank: int, env: dict, raw_dir: str, target: list[str], terminal: bool) -> int:
-    from .. import _settings
+    from neuronsim import settings as _settings
 
     _settings.set_rank_environment(env)
     if not terminal:

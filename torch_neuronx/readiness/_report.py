@@ -10,7 +10,8 @@ import os
 import re
 import warnings
 
-from .. import _hardware as hw
+from neuronsim import hardware as hw
+
 from . import _estimate
 
 # Chips estimated besides the target instance's own, which comes first.

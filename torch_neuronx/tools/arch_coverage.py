@@ -24,7 +24,7 @@ import traceback
 
 import torch
 
-from .. import _settings
+from neuronsim import settings as _settings
 
 NEW_TOKENS = 8
 PROMPT_LEN = 6

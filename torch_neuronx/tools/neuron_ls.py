@@ -27,7 +27,7 @@ import os
 import sys
 from typing import Iterable
 
-from .. import _settings
+from neuronsim import settings as _settings
 
 ENV_VARS = (
     "TORCH_NEURONX_INSTANCE_TYPE",

@@ -156,7 +156,7 @@ void test_allocator() {
 }  // namespace
 
 int main() {
-  // The tables Python loads from torch_neuronx/_hardware.py (the figures the
+  // The tables Python loads from neuronsim/hardware.py (the figures the
   // tests below rely on).
   set_hardware_tables({{"trn1", 2, 32 * GiB, {1}, 1}, {"trn2", 8, 96 * GiB, {1, 2}, 2}},
                       {{"trn1.2xlarge", "trn1", 1}, {"trn2.3xlarge", "trn2", 1}, {"trn2.48xlarge", "trn2", 16}});

@@ -1,7 +1,8 @@
 """The public NKI tutorial kernels, written against this package's NKI API.
 
-Each module holds one kernel plus its PyTorch reference (``reference``); the
-runnable walkthroughs are in ``examples/nki/``.
+Each module holds one kernel plus its PyTorch reference (``reference``, written with
+tensor methods: this package never imports torch); the runnable walkthroughs are in
+``examples/nki/``.
 """
 
 from .add import nki_tensor_add

@@ -5,6 +5,8 @@ to the tile's dtype (bf16/fp16/tf32/fp8 are exact subsets of float32), which is
 what the engines do: they compute in fp32 internally and round on write.
 """
 
+import sys
+
 import numpy as np
 
 
@@ -42,9 +44,8 @@ class dtype:
 
     @property
     def torch_dtype(self):
-        import torch
-
-        return getattr(torch, self.torch_name)
+        """The torch dtype (this package never imports torch: the caller's torch is used)."""
+        return getattr(_loaded_torch(), self.torch_name)
 
     def __repr__(self):
         return f"nl.{self.name}"
@@ -84,7 +85,18 @@ _FROM_NUMPY = {
     np.dtype(np.uint8): uint8,
     np.dtype(np.bool_): bool_,
 }
+
+
 # The host array types AWS's NKI uses for the formats NumPy lacks (the ml_dtypes package).
+def _loaded_torch():
+    """The torch module the caller imported. This package never imports torch itself: it
+    only converts torch tensors it was handed, so torch is loaded whenever that is asked."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        raise RuntimeError("a torch dtype or tensor was asked for, but torch is not imported; import torch first")
+    return torch
+
+
 _ML_NAMES = {"bfloat16": "bfloat16", "float8_e4m3": "float8_e4m3fn", "float8_e5m2": "float8_e5m2"}
 
 

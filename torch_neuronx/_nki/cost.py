@@ -17,9 +17,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from . import _cost_model as cm
-from ._cost_model import ENGINES, CostReport
-from ._rules import get_hardware
+from neuronsim.nki import _cost_model as cm
+from neuronsim.nki._cost_model import ENGINES, CostReport
+from neuronsim.nki._jit import Kernel
+from neuronsim.nki._rules import get_hardware
 
 aten = torch.ops.aten
 
@@ -283,8 +284,6 @@ class Comparison:
 
 def compare(kernel, torch_fn, *args, platform_target=None, **kwargs):
     """Simulate ``kernel(*args)`` and estimate ``torch_fn(*args)``; see :class:`Comparison`."""
-    from ._jit import Kernel
-
     k = kernel if isinstance(kernel, Kernel) else Kernel(kernel)
     kout, krep = k.simulate(*args, platform_target=platform_target, **kwargs)
     tout, trep = estimate_torch(torch_fn, *args, platform_target=platform_target, **kwargs)

@@ -1,6 +1,6 @@
 """First-order Trainium cost model for simulated NKI instructions and PyTorch ops.
 
-All figures come from the hardware table (``torch_neuronx._hardware``), which cites
+All figures come from the hardware table (``neuronsim.hardware``), which cites
 AWS's "Trainium2/Trainium3 Architecture Guide for NKI" and architecture pages. Each
 instruction is charged to the engine that executes it, as an *initiation interval*
 (how soon the engine can start its next instruction), the cost model those guides use:

@@ -1,17 +1,18 @@
 """Neuron Kernel Interface (NKI) on the built-in NeuronCore simulator.
 
-``from torch_neuronx import nki``; ``import torch_neuronx.nki.language as nl``;
-``import torch_neuronx.nki.isa as nisa`` (also ``import nki`` / ``import nki.language``
-when no real AWS NKI is installed). Kernels decorated with :func:`jit` run exactly on
-host (NumPy), enforce the NeuronCore hardware rules, and report an estimated Trainium
-device time from a per-engine cost model.
+One package under four names: ``neuronsim.nki``, ``nki`` and ``neuronxcc.nki`` (when no
+real AWS NKI is installed) and ``torch_neuronx.nki``. Kernels decorated with :func:`jit`
+run exactly on host (NumPy), enforce the NeuronCore hardware rules, and report an
+estimated Trainium device time from a per-engine cost model.
 
-Submodules load lazily so that ``import torch`` (which installs the ``nki`` name
-alias) stays cheap. The simulator itself needs only NumPy: ``import nki`` works in an
-interpreter that never imports torch (torch is used only for torch tensor arguments).
+This package needs only NumPy and never imports torch: a kernel called with torch
+tensors uses the torch its caller already imported. ``torch_neuronx`` adds the PyTorch
+integration (``compare``, ``estimate_torch``, ``wrap_nki``, ``nki_op``) when it is
+imported. Submodules load lazily so that ``import torch`` stays cheap.
 """
 
 import importlib
+import sys
 
 _EXPORTS = {
     "jit": "._jit",
@@ -23,8 +24,6 @@ _EXPORTS = {
     "Kernel": "._jit",
     "tensor": ".typing",
     "CostReport": "._cost_model",
-    "estimate_torch": "._torch_cost",
-    "compare": "._torch_cost",
     "Hardware": "._rules",
     "HARDWARE": "._rules",
     "TRN2": "._rules",
@@ -40,13 +39,17 @@ _EXPORTS = {
     "NKIIndexError": "._errors",
     "NKIContextError": "._errors",
     "NKIUninitializedError": "._errors",
-    "wrap_nki": "._torch_op",
-    "nki_op": "._torch_op",
-    "NKIKernelCaller": "._torch_op",
 }
 _SUBMODULES = ("language", "isa", "kernels", "typing", "compiler")
 
 __all__ = sorted(list(_EXPORTS) + list(_SUBMODULES))
+
+
+def _extend(exports):
+    """Add names defined outside this package, ``{name: absolute module name}``, loaded on
+    first use like the others (``torch_neuronx`` adds its PyTorch integration this way)."""
+    _EXPORTS.update(exports)
+    __all__[:] = sorted(list(_EXPORTS) + list(_SUBMODULES))
 
 
 def __getattr__(name):
@@ -56,7 +59,8 @@ def __getattr__(name):
         value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
         globals()[name] = value
         return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    hint = "" if "torch_neuronx" in sys.modules else " (its PyTorch integration is added by `import torch_neuronx`)"
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}{hint}")
 
 
 def __dir__():

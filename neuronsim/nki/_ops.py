@@ -3,7 +3,7 @@ operators, operand reading, result allocation, elementwise/reduction/matmul exec
 and cost charging. Math runs in fp32 on host (as the engines do) and results are
 rounded to the output dtype on write.
 
-Module graph (no cycles): _errors, _dtypes, _math, _hwtable <- _rules, _cost_model <-
+Module graph (no cycles): _errors, _dtypes, _math <- _rules, _cost_model <-
 _context <- _tensor <- _ops <- language <- isa; _simulator and _jit sit on top.
 """
 

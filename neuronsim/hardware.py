@@ -1,7 +1,7 @@
 """Trainium hardware figures: the one table that the simulator (instance shapes and
 HBM per core), the NKI rules and cost model, and the readiness estimates read.
 
-Pure Python with no torch import, so `import nki` works without torch.
+Pure Python (standard library only): the NKI simulator reads it without torch.
 
 Sources: AWS Neuron documentation (aws-neuron-sdk, 2026): the Trainium / Trainium2 /
 Trainium3 architecture pages, the NeuronCore-v2 page, "Trainium/Inferentia2 Architecture
@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 from types import MappingProxyType
+
+from . import settings as _settings
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -235,15 +237,7 @@ DEFAULT_INSTANCE = "trn2.3xlarge"
 
 def instance(name: str | None = None) -> Instance:
     """The instance `name`, or the one TORCH_NEURONX_INSTANCE_TYPE selects."""
-    import sys
-
-    # NKI without torch loads this file and the registry on their own (nki/_hwtable.py): a
-    # relative import would import the torch_neuronx package, and with it torch.
-    settings = sys.modules.get("torch_neuronx._settings")
-    if settings is None:
-        from . import _settings as settings
-
-    name = name or settings.get("TORCH_NEURONX_INSTANCE_TYPE") or DEFAULT_INSTANCE
+    name = name or _settings.get("TORCH_NEURONX_INSTANCE_TYPE") or DEFAULT_INSTANCE
     try:
         return INSTANCES[name]
     except KeyError:

@@ -18,7 +18,7 @@ from ._rules import get_hardware
 
 
 def _is_torch_tensor(value):
-    torch = sys.modules.get("torch")
+    torch = sys.modules.get("torch")  # no torch loaded: no torch tensor exists
     return torch is not None and isinstance(value, torch.Tensor)
 
 
@@ -60,9 +60,7 @@ def _values(t):
 
 
 def _to_torch(t, device):
-    import torch
-
-    host = torch.from_numpy(np.ascontiguousarray(_values(t)))
+    host = dt._loaded_torch().from_numpy(np.ascontiguousarray(_values(t)))
     return host.to(t.dtype.torch_dtype).to(device)
 
 

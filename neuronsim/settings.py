@@ -10,7 +10,8 @@ Hugging Face) carry their ``owner``: the package only reads, forwards or sets th
 
 ``tests/neuron/test_settings.py`` keeps this true: no other Python file touches
 ``os.environ``, every ``getenv`` in ``csrc/`` names a variable declared here, and every
-declared variable is in ``docs/configuration.md``.
+declared variable is in ``docs/configuration.md``. It is standard-library only and lives in
+the torch-free ``neuronsim`` package because both the NKI simulator and torch_neuronx read it.
 """
 
 from __future__ import annotations
@@ -234,7 +235,7 @@ def _setting(name: str) -> Setting:
         return SETTINGS[name]
     except KeyError:
         raise KeyError(
-            f"{name} is not a registered environment variable; declare it in torch_neuronx/_settings.py "
+            f"{name} is not a registered environment variable; declare it in neuronsim/settings.py "
             f"(SETTINGS) and document it in docs/configuration.md"
         ) from None
 

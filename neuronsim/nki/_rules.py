@@ -1,6 +1,6 @@
 """NeuronCore hardware limits and the checks that enforce them.
 
-Every figure comes from the one hardware table, ``torch_neuronx._hardware`` (sources
+Every figure comes from the one hardware table, ``neuronsim.hardware`` (sources
 cited there): partitions, SBUF/PSUM sizes and banks, matmul tile limits, PSUM output
 dtypes, engine clocks, Tensor Engine FLOP/s and HBM/DMA bandwidth. :class:`Hardware`
 is the per-physical-NeuronCore view an NKI kernel sees (one instruction stream runs
@@ -9,9 +9,10 @@ on one physical core).
 
 from dataclasses import dataclass
 
+from .. import hardware as _hardware
+from .. import settings as _settings
 from . import _dtypes as dt
 from ._errors import NKIBufferError, NKIDtypeError, NKIPartitionError, NKIShapeError, NKITileSizeError, _fail
-from ._hwtable import hardware_table, settings
 
 # Chips the NKI simulator models (NeuronCore-v3 and v4). trn1 (NeuronCore-v2) differs
 # in SBUF size, engine clocks and instruction set, none of which is simulated.
@@ -118,7 +119,7 @@ def _from_chip(c):
     )
 
 
-_HW = hardware_table()
+_HW = _hardware
 TRN2 = _from_chip(_HW.CHIPS["trn2"])
 TRN3 = _from_chip(_HW.CHIPS["trn3"])
 HARDWARE = {"trn2": TRN2, "trn3": TRN3}
@@ -135,7 +136,7 @@ def get_hardware(target=None):
         name = _HW.chip().name
         if name not in HARDWARE:
             raise NotImplementedError(
-                f"TORCH_NEURONX_INSTANCE_TYPE={settings().raw('TORCH_NEURONX_INSTANCE_TYPE')!r} "
+                f"TORCH_NEURONX_INSTANCE_TYPE={_settings.raw('TORCH_NEURONX_INSTANCE_TYPE')!r} "
                 f"selects a {name} chip (NeuronCore-{_HW.CHIPS[name].nc_version}); the NKI "
                 f"simulator models {' and '.join(NKI_CHIPS)} only: choose a trn2 or trn3 "
                 f"instance type, or pass platform_target='trn2'"
