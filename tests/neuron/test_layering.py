@@ -1,11 +1,17 @@
-"""torch.neuron (torch_neuronx/neuron) does not import upward from the rest of torch_neuronx."""
+"""torch.neuron (torch_neuronx/neuron) does not import upward from the rest of torch_neuronx, and
+neuronsim (the NKI simulator, hardware table and settings registry) imports neither torch nor
+torch_neuronx."""
 
 import ast
 from pathlib import Path
 
 import torch
 
-PACKAGE = Path(__file__).resolve().parents[2] / "torch_neuronx"
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "torch_neuronx"
+NEURONSIM = ROOT / "neuronsim"
+# neuronsim is torch-free: nothing in it may import these, not even inside a function.
+NEURONSIM_FORBIDDEN = ("torch", "torch_neuronx")
 # The C++ core and the profiler (device events and compiled-graph spans, which sit below
 # every layer that runs ops) are below the device module.
 ALLOWED = {"_C", "profiler"}
@@ -32,6 +38,36 @@ def test_device_module_imports_only_the_core():
         if bad:
             offenders[path.name] = bad
     assert offenders == {}
+
+
+def _top_level_imports(path: Path):
+    """(line, top-level package) of every absolute import in the file, at any depth."""
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, a.name.split(".")[0]) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.lineno, node.module.split(".")[0]
+
+
+def _neuronsim_offenders(root: Path):
+    return [
+        f"{path.relative_to(root)}:{line}: import {top}"
+        for path in sorted(root.rglob("*.py"))
+        for line, top in _top_level_imports(path)
+        if top in NEURONSIM_FORBIDDEN
+    ]
+
+
+def test_neuronsim_imports_neither_torch_nor_torch_neuronx():
+    assert len(list(NEURONSIM.rglob("*.py"))) > 20  # the scan sees the package
+    assert _neuronsim_offenders(NEURONSIM) == []
+
+
+def test_the_neuronsim_rule_sees_hidden_imports(tmp_path):
+    (tmp_path / "m.py").write_text(
+        "import numpy\ndef f():\n    import torch.nn\n    from torch_neuronx import nki\n    return numpy\n"
+    )
+    assert _neuronsim_offenders(tmp_path) == ["m.py:3: import torch", "m.py:4: import torch_neuronx"]
 
 
 def test_dynamo_metrics_are_lent_to_torch_neuron():

@@ -206,7 +206,7 @@ def test_benchmark_writes_chrome_trace(tmp_path):
 
 
 def test_benchmark_with_save_neff_name_warns_once_and_runs(tmp_path, monkeypatch):
-    from torch_neuronx.nki import _jit
+    from neuronsim.nki import _jit
 
     monkeypatch.setattr(_jit, "_warned_no_neff", False)
     monkeypatch.chdir(tmp_path)

@@ -202,11 +202,11 @@ def test_par_dim_block_allocation():
 
 def test_nki_import_alias():
     r = run_python(
-        "import torch, torch_neuronx.nki as real\n"
+        "import torch, torch_neuronx.nki as tnki, neuronsim.nki as real\n"
         "import nki, nki.language as nl, nki.isa as nisa\n"
-        "import neuronxcc.nki.language as nl2\n"
-        "assert nki is real and nl is real.language and nisa is real.isa and nl2 is nl\n"
-        "assert real.language.__spec__.name == 'torch_neuronx.nki.language'\n"
+        "import neuronxcc.nki.language as nl2, torch_neuronx.nki.language as nl3\n"
+        "assert nki is real is tnki and nl is real.language and nisa is real.isa and nl2 is nl is nl3\n"
+        "assert real.language.__spec__.name == 'neuronsim.nki.language'\n"
         "@nki.jit\n"
         "def k(a):\n"
         "    o = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)\n"
