@@ -60,6 +60,8 @@ def _is_alias(top):
 
 
 class _AliasFinder(importlib.abc.MetaPathFinder):
+    _neuronsim_nki_alias = True  # _MARK
+
     def find_spec(self, fullname, path=None, target=None):
         top = fullname.partition(".")[0]
         if top not in _SHADOWABLE:
@@ -85,9 +87,6 @@ class _AliasFinder(importlib.abc.MetaPathFinder):
             except (ImportError, ValueError):
                 continue
         return False
-
-
-setattr(_AliasFinder, _MARK, True)
 
 
 def install():
