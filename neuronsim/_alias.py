@@ -30,7 +30,9 @@ def _target(fullname):
     return None
 
 
-class _AliasLoader(importlib.abc.Loader):
+class _NkiAliasLoader(importlib.abc.Loader):
+    # Not named _AliasLoader: an older release's finder, which a stale start-up file may still
+    # install after ours, takes modules with a loader of that name for its own aliases.
     def __init__(self, real_name):
         self.real_name = real_name
         self._spec = None
@@ -56,7 +58,7 @@ def _is_alias(top):
         return False
     if top == "nki":
         return module is sys.modules.get(_REAL)
-    return isinstance(getattr(module, "__loader__", None), _AliasLoader)
+    return isinstance(getattr(module, "__loader__", None), _NkiAliasLoader)
 
 
 class _AliasFinder(importlib.abc.MetaPathFinder):
@@ -71,11 +73,11 @@ class _AliasFinder(importlib.abc.MetaPathFinder):
         elif fullname != top and not _is_alias(top):
             return None  # the parent is a real package: let it import its own children
         if fullname in _NAMESPACE_PARENTS:
-            return importlib.machinery.ModuleSpec(fullname, _AliasLoader(None), is_package=True)
+            return importlib.machinery.ModuleSpec(fullname, _NkiAliasLoader(None), is_package=True)
         real = _target(fullname)
         if real is None or importlib.util.find_spec(real) is None:
             return None
-        return importlib.machinery.ModuleSpec(fullname, _AliasLoader(real), is_package=True)
+        return importlib.machinery.ModuleSpec(fullname, _NkiAliasLoader(real), is_package=True)
 
     def _provided_elsewhere(self, fullname):
         for finder in sys.meta_path:
