@@ -38,6 +38,22 @@ bool copies_between_devices(const OpMeta& meta) {
          meta.name == "aten::_copy_from_and_resize";
 }
 
+// A copy whose result belongs on the host, as on CUDA: one asked for CPU
+// (.cpu(), .to('cpu')), or one into a CPU tensor (cpu_nt.copy_(neuron_nt)),
+// whose result is that tensor. Read before the walk turns device=neuron into cpu.
+bool copies_to_host(const c10::FunctionSchema& schema, const torch::jit::Stack& stack) {
+  const size_t nargs = schema.arguments().size();
+  const size_t base = stack.size() - nargs;
+  for (size_t i = 0; i < nargs; ++i) {
+    const c10::IValue& v = stack[base + i];
+    if (v.isDevice() && v.toDevice().type() == c10::kCPU) return true;
+    const auto& arg = schema.arguments()[i];
+    const bool dest = arg.name() == "dst" || (arg.alias_info() != nullptr && arg.alias_info()->isWrite());
+    if (dest && v.isTensor() && v.toTensor().device().type() == c10::kCPU) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 void nested_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
@@ -46,7 +62,9 @@ void nested_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
   AliasTable table;
   c10::SmallVector<Converted, 8> conv;
   ArgCheck check(meta, schema);
-  if (copies_between_devices(meta)) check.allow_cpu_tensors();
+  const bool copy = copies_between_devices(meta);
+  if (copy) check.allow_cpu_tensors();
+  const bool to_host = copy && copies_to_host(schema, *stack);
   walk_args(check, *stack, schema.arguments().size(), [&](const at::Tensor& t, size_t i) -> at::Tensor {
     at::Tensor c = nested_alias(table, t);
     conv.push_back({t, c, static_cast<bool>(meta.arg_mutable[i])});
@@ -55,6 +73,10 @@ void nested_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
   const c10::DeviceIndex dev = check.finish();
 
   // The CPU aliases carry NestedTensorCPU: the dispatcher picks CPU's nested kernel.
+  if (to_host) {  // the result is a CPU tensor in host memory
+    run_on_host(meta, dev, [&] { op.callBoxed(stack); });
+    return;
+  }
   run_on_device(meta, dev, [&] { op.callBoxed(stack); });
   table.sync_resized_storages(dev);
   walk_returns(*stack, schema.returns().size(),
@@ -66,3 +88,4 @@ void nested_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
 TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&neuron::nested_fallback>());
 }
+

@@ -95,6 +95,36 @@ def test_nested_copy_from_cpu_takes_the_cpu_tensor():
     torch.testing.assert_close(out.to_padded_tensor(0.0).cpu(), cpu.to_padded_tensor(0.0), rtol=0, atol=0)
 
 
+def _assert_nested_equal(out, ref, device):
+    assert out.is_nested and out.device.type == device
+    assert len(out.unbind()) == len(ref.unbind())
+    for o, r in zip(out.unbind(), ref.unbind()):
+        assert o.device.type == device
+        torch.testing.assert_close(o, r, rtol=0, atol=0)
+
+
+def test_nested_round_trip_to_neuron_and_back_to_cpu():
+    cpu = _nested("cpu")
+    dev = cpu.to(DEVICE)
+    _assert_nested_equal(dev.cpu(), cpu, "cpu")
+    _assert_nested_equal(dev.to("cpu"), cpu, "cpu")
+    back = dev.to("cpu", torch.float64)
+    assert back.dtype == torch.float64
+    _assert_nested_equal(back, cpu.to(torch.float64), "cpu")
+    # The copy owns host memory: writing it leaves the device tensor alone.
+    back = dev.cpu()
+    back.mul_(0)
+    _assert_nested_equal(dev.cpu(), cpu, "cpu")
+
+
+def test_nested_copy_into_a_cpu_tensor_stays_on_cpu():
+    cpu = _nested("cpu")
+    dst = torch.zeros_like(cpu)
+    out = dst.copy_(cpu.to(DEVICE))
+    assert out is dst
+    _assert_nested_equal(dst, cpu, "cpu")
+
+
 def test_nested_ops_are_counted_and_recorded_as_dense_ones():
     nt = torch.nested.nested_tensor([torch.ones(2, 3, dtype=torch.float64), torch.ones(1, 3, dtype=torch.float64)])
     nt = nt.to(DEVICE)
