@@ -1,8 +1,11 @@
 // Nested tensors: every op on a nested neuron tensor runs CPU's nested kernel
-// on a nested CPU tensor that aliases the device buffer (no copy).
+// on a nested CPU tensor that aliases the device buffer (no copy); random ops
+// run their nested kernel on the device buffer itself.
 #include "aten/nested.h"
 
 #include <ATen/NestedTensorImpl.h>
+#include <ATen/ops/native_dropout_native.h>
+#include <ATen/ops/normal_native.h>
 
 #include "aten/arg_walk.h"
 #include "aten/fallback.h"
@@ -89,3 +92,11 @@ TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&neuron::nested_fallback>());
 }
 
+// The random ops with nested kernels of their own (dropout, normal_; CUDA's are
+// the same backend-generic kernels): the dense op runs on the device buffer and
+// draws from the device's generator, as dense neuron ops do. Through the
+// fallback, CPU's nested kernel would draw from CPU's generator.
+TORCH_LIBRARY_IMPL(aten, NestedTensorPrivateUse1, m) {
+  m.impl("native_dropout", TORCH_FN(at::native::native_dropout_nested));
+  m.impl("normal_", TORCH_FN(at::native::normal_nested_));
+}
