@@ -218,7 +218,9 @@ def run(raw_dir: str, nnodes: int, nproc: int, workers: int, target: list[str], 
                 if rc:
                     worst = max(worst, rc if rc > 0 else 1)
                     if rank != ranks[0]:
-                        print(f"torch-neuronx check: rank {rank} exited with {rc}; its output: {raw_dir}/rank{rank}.log")
+                        print(
+                            f"torch-neuronx check: rank {rank} exited with {rc}; its output: {raw_dir}/rank{rank}.log"
+                        )
                 return
             if select.select([loaded_r], [], [], 0.2)[0]:
                 data = os.read(loaded_r, 4096)
