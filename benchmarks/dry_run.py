@@ -9,7 +9,8 @@ files whose headers give every tensor's name, dtype and shape, and whose data is
 hole: no disk blocks, nothing to read), then runs ``examples/sft.py`` unmodified under
 ``torch-neuronx check --dry-run``: TRL's SFTTrainer, transformers' DistributedConfig, bf16,
 sequence length 4096, activation checkpointing, two optimizer steps. The table gives the
-wall time and the peak host memory of the whole job (all ranks), against the same figures
+wall time and the peak host memory of the whole job (all its processes together, as
+proportional set size: pages the forked ranks share are counted once), against the same figures
 of a plain CPU PyTorch process that only imports the libraries (the floor of any run), and
 the report's verdict and per-rank peak.
 """
@@ -48,9 +49,19 @@ def build_checkpoint(model: str, path: str) -> int:
     return header_only_checkpoint(LlamaConfig(**_llama.config(model)), path)
 
 
-def _tree_rss_bytes(root: int) -> int:
-    """Resident memory of a process and all its descendants (Linux /proc)."""
-    parent, rss = {}, {}
+def _pss_bytes(pid: int) -> int:
+    """Proportional set size: a page shared by n processes counts 1/n in each, so forked
+    ranks sharing the parent's imported modules are not counted once per rank."""
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _tree_pss_bytes(root: int) -> int:
+    """Memory of a process and all its descendants together (Linux /proc)."""
+    parent = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
@@ -58,7 +69,6 @@ def _tree_rss_bytes(root: int) -> int:
             with open(f"/proc/{d}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
             parent[int(d)] = int(fields[1])
-            rss[int(d)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
         except (OSError, IndexError, ValueError):
             continue
     tree, grew = {root}, True
@@ -68,11 +78,17 @@ def _tree_rss_bytes(root: int) -> int:
             if ppid in tree and pid not in tree:
                 tree.add(pid)
                 grew = True
-    return sum(rss.get(p, 0) for p in tree)
+    total = 0
+    for pid in tree:
+        try:
+            total += _pss_bytes(pid)
+        except OSError:  # the process ended meanwhile
+            continue
+    return total
 
 
-class _PeakTreeRss(threading.Thread):
-    """Samples the job's total resident memory (all ranks together) every 0.2 s."""
+class _PeakTreeMemory(threading.Thread):
+    """Samples the job's total memory (all ranks together, shared pages once) every 0.2 s."""
 
     def __init__(self, pid: int):
         super().__init__(daemon=True)
@@ -80,7 +96,7 @@ class _PeakTreeRss(threading.Thread):
 
     def run(self) -> None:
         while not self.done:
-            self.peak = max(self.peak, _tree_rss_bytes(self.pid))
+            self.peak = max(self.peak, _tree_pss_bytes(self.pid))
             time.sleep(0.2)
 
 
@@ -105,7 +121,7 @@ def run_case(name: str, work: str, steps: int, seq: int, workers: int, ranks: st
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1")
     )
-    sampler = _PeakTreeRss(proc.pid)
+    sampler = _PeakTreeMemory(proc.pid)
     sampler.start()
     stdout, stderr = proc.communicate()
     sampler.done = True

@@ -13,16 +13,17 @@
 
 namespace neuron {
 
-// The one wording of a tensor on the wrong device, PyTorch's (CUDA's) own.
+// The one wording of a tensor on the wrong device, PyTorch's (CUDA's) own,
+// and `hint` after it.
 [[noreturn]] inline void device_mismatch(const std::string& op_name, const c10::FunctionSchema& schema, size_t arg,
-                                         const at::Device& bad, const at::Device& expected) {
+                                         const at::Device& bad, const at::Device& expected, const char* hint = "") {
   // An out= tensor elsewhere: CUDA's words for it (structured kernels' check).
   if (schema.arguments()[arg].is_out())
     TORCH_CHECK(false, "Expected out tensor to have device ", expected, ", but got ", bad, " instead (",
                 schema.arguments()[arg].name(), " of ", op_name, ")");
   TORCH_CHECK(false, "Expected all tensors to be on the same device, but got ", schema.arguments()[arg].name(),
               " is on ", bad, ", different from other tensors on ", expected, " (when checking argument in method ",
-              op_name, ")");
+              op_name, ")", hint);
 }
 
 // The argument rules, in PyTorch's terms: every neuron tensor on one device,
@@ -51,7 +52,7 @@ class ArgCheck {
       if (dev_ < 0) {
         dev_ = t.device().index();
       } else if (t.device().index() != dev_) {
-        device_mismatch(name_, schema_, i, t.device(), at::Device(kNeuron, dev_));
+        device_mismatch(name_, schema_, i, t.device(), at::Device(kNeuron, dev_), meta_ ? "" : kCollectiveHint);
       }
       TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == c10::kStrided, "neuron supports only strided tensors (", name_, ")");
       return true;
@@ -90,7 +91,8 @@ class ArgCheck {
   // named it), a recorded mismatch raised, an op counted and its fallback noted.
   c10::DeviceIndex finish() {
     if (dev_ < 0) dev_ = current_device();
-    if (bad_arg_ >= 0) device_mismatch(name_, schema_, bad_arg_, bad_device_, at::Device(kNeuron, dev_));
+    if (bad_arg_ >= 0)
+      device_mismatch(name_, schema_, bad_arg_, bad_device_, at::Device(kNeuron, dev_), meta_ ? "" : kCollectiveHint);
     if (meta_) {
       meta_->executed.fetch_add(1, std::memory_order_relaxed);
       if (meta_->no_native_lowering || odd_dtype_)
@@ -102,6 +104,11 @@ class ArgCheck {
  private:
   ArgCheck(const std::string& name, const c10::FunctionSchema& schema)
       : meta_(nullptr), name_(name), schema_(schema), cpu_scalars_(false) {}
+
+  // A collective has no CPU fallback for a stray tensor: say how to fix it.
+  static constexpr const char* kCollectiveHint =
+      ". A collective sends or receives every tensor it is given on one device: move the tensor with "
+      ".to('neuron') (or run the whole collective on CPU tensors)";
 
   OpMeta* meta_;  // null for a collective
   const std::string& name_;

@@ -97,4 +97,12 @@ decltype(auto) run_on_device(const OpMeta& meta, c10::DeviceIndex dev, Run&& run
   return run();
 }
 
+// The same for an op whose result stays on the host (a copy to CPU): one op
+// span of the device, allocations left in host memory.
+template <class Run>
+decltype(auto) run_on_host(const OpMeta& meta, c10::DeviceIndex dev, Run&& run) {
+  profiler::DeviceSpan span(profiler::SpanKind::Op, meta.name.c_str(), dev);
+  return run();
+}
+
 }  // namespace neuron

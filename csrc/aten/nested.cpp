@@ -1,8 +1,11 @@
 // Nested tensors: every op on a nested neuron tensor runs CPU's nested kernel
-// on a nested CPU tensor that aliases the device buffer (no copy).
+// on a nested CPU tensor that aliases the device buffer (no copy); random ops
+// run their nested kernel on the device buffer itself.
 #include "aten/nested.h"
 
 #include <ATen/NestedTensorImpl.h>
+#include <ATen/ops/native_dropout_native.h>
+#include <ATen/ops/normal_native.h>
 
 #include "aten/arg_walk.h"
 #include "aten/fallback.h"
@@ -38,6 +41,22 @@ bool copies_between_devices(const OpMeta& meta) {
          meta.name == "aten::_copy_from_and_resize";
 }
 
+// A copy whose result belongs on the host, as on CUDA: one asked for CPU
+// (.cpu(), .to('cpu')), or one into a CPU tensor (cpu_nt.copy_(neuron_nt)),
+// whose result is that tensor. Read before the walk turns device=neuron into cpu.
+bool copies_to_host(const c10::FunctionSchema& schema, const torch::jit::Stack& stack) {
+  const size_t nargs = schema.arguments().size();
+  const size_t base = stack.size() - nargs;
+  for (size_t i = 0; i < nargs; ++i) {
+    const c10::IValue& v = stack[base + i];
+    if (v.isDevice() && v.toDevice().type() == c10::kCPU) return true;
+    const auto& arg = schema.arguments()[i];
+    const bool dest = arg.name() == "dst" || (arg.alias_info() != nullptr && arg.alias_info()->isWrite());
+    if (dest && v.isTensor() && v.toTensor().device().type() == c10::kCPU) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 void nested_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
@@ -46,7 +65,9 @@ void nested_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
   AliasTable table;
   c10::SmallVector<Converted, 8> conv;
   ArgCheck check(meta, schema);
-  if (copies_between_devices(meta)) check.allow_cpu_tensors();
+  const bool copy = copies_between_devices(meta);
+  if (copy) check.allow_cpu_tensors();
+  const bool to_host = copy && copies_to_host(schema, *stack);
   walk_args(check, *stack, schema.arguments().size(), [&](const at::Tensor& t, size_t i) -> at::Tensor {
     at::Tensor c = nested_alias(table, t);
     conv.push_back({t, c, static_cast<bool>(meta.arg_mutable[i])});
@@ -55,6 +76,10 @@ void nested_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
   const c10::DeviceIndex dev = check.finish();
 
   // The CPU aliases carry NestedTensorCPU: the dispatcher picks CPU's nested kernel.
+  if (to_host) {  // the result is a CPU tensor in host memory
+    run_on_host(meta, dev, [&] { op.callBoxed(stack); });
+    return;
+  }
   run_on_device(meta, dev, [&] { op.callBoxed(stack); });
   table.sync_resized_storages(dev);
   walk_returns(*stack, schema.returns().size(),
@@ -65,4 +90,13 @@ void nested_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
 
 TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&neuron::nested_fallback>());
+}
+
+// The random ops with nested kernels of their own (dropout, normal_; CUDA's are
+// the same backend-generic kernels): the dense op runs on the device buffer and
+// draws from the device's generator, as dense neuron ops do. Through the
+// fallback, CPU's nested kernel would draw from CPU's generator.
+TORCH_LIBRARY_IMPL(aten, NestedTensorPrivateUse1, m) {
+  m.impl("native_dropout", TORCH_FN(at::native::native_dropout_nested));
+  m.impl("normal_", TORCH_FN(at::native::normal_nested_));
 }

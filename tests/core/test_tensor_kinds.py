@@ -95,6 +95,71 @@ def test_nested_copy_from_cpu_takes_the_cpu_tensor():
     torch.testing.assert_close(out.to_padded_tensor(0.0).cpu(), cpu.to_padded_tensor(0.0), rtol=0, atol=0)
 
 
+def _assert_nested_equal(out, ref, device):
+    assert out.is_nested and out.device.type == device
+    assert len(out.unbind()) == len(ref.unbind())
+    for o, r in zip(out.unbind(), ref.unbind()):
+        assert o.device.type == device
+        torch.testing.assert_close(o, r, rtol=0, atol=0)
+
+
+def test_nested_round_trip_to_neuron_and_back_to_cpu():
+    cpu = _nested("cpu")
+    dev = cpu.to(DEVICE)
+    _assert_nested_equal(dev.cpu(), cpu, "cpu")
+    _assert_nested_equal(dev.to("cpu"), cpu, "cpu")
+    back = dev.to("cpu", torch.float64)
+    assert back.dtype == torch.float64
+    _assert_nested_equal(back, cpu.to(torch.float64), "cpu")
+    # The copy owns host memory: writing it leaves the device tensor alone.
+    back = dev.cpu()
+    back.mul_(0)
+    _assert_nested_equal(dev.cpu(), cpu, "cpu")
+
+
+def test_nested_copy_into_a_cpu_tensor_stays_on_cpu():
+    cpu = _nested("cpu")
+    dst = torch.zeros_like(cpu)
+    out = dst.copy_(cpu.to(DEVICE))
+    assert out is dst
+    _assert_nested_equal(dst, cpu, "cpu")
+
+
+def _seed_offset():
+    state = torch.neuron.get_rng_state()
+    return state[:8].view(torch.int64).item(), state[8:].view(torch.int64).item()
+
+
+@pytest.mark.parametrize(
+    "name,fn,dense",
+    [
+        ("dropout", lambda x: nn.functional.dropout(x, 0.5), lambda b: nn.functional.dropout(b, 0.5)),
+        ("randn_like", torch.randn_like, lambda b: torch.empty_like(b).normal_()),
+        ("normal_", lambda x: x.normal_(1.0, 2.0), lambda b: b.normal_(1.0, 2.0)),
+    ],
+)
+def test_nested_random_ops_draw_from_the_neuron_generator(name, fn, dense):
+    # As CUDA's nested kernels, the dense op runs on the nested tensor's buffer:
+    # it draws from the device's generator, whose offset advances.
+    def run(f, x):
+        torch.manual_seed(7)
+        cpu_before = torch.get_rng_state()
+        out = f(x)
+        assert torch.equal(torch.get_rng_state(), cpu_before), "drew from CPU's generator"
+        return out, _seed_offset()
+
+    nested = _nested(DEVICE)
+    buffer = torch.cat([t.reshape(-1) for t in nested.unbind()])
+    out, (seed, offset) = run(fn, nested.clone())
+    again, _ = run(fn, nested.clone())
+    ref, ref_state = run(dense, buffer.clone())
+    assert (seed, offset) == ref_state and seed == 7 and offset >= buffer.numel()
+    assert out.is_nested and out.device.type == DEVICE
+    flat = torch.cat([t.reshape(-1) for t in out.unbind()]).cpu()
+    torch.testing.assert_close(flat, torch.cat([t.reshape(-1) for t in again.unbind()]).cpu(), rtol=0, atol=0)
+    torch.testing.assert_close(flat, ref.cpu(), rtol=0, atol=0)
+
+
 def test_nested_ops_are_counted_and_recorded_as_dense_ones():
     nt = torch.nested.nested_tensor([torch.ones(2, 3, dtype=torch.float64), torch.ones(1, 3, dtype=torch.float64)])
     nt = nt.to(DEVICE)

@@ -138,13 +138,16 @@ def test_ddp_collects_time_stats_on_neuron(single_rank_group):
 
 def test_mixed_devices_raise_clear_error(single_rank_group):
     # The argument rules and wording of ATen ops, except that a collective sends or
-    # receives every tensor: a 0-dim CPU tensor is no scalar operand there.
+    # receives every tensor: a 0-dim CPU tensor is no scalar operand there, and the
+    # error says how to fix it.
     for out in (torch.empty(2), torch.tensor(0.0)):
         with pytest.raises(
             RuntimeError,
             match=re.escape(
                 "Expected all tensors to be on the same device, but got output_tensors is on cpu, different from "
-                "other tensors on neuron:0 (when checking argument in method c10d::allgather_)"
+                "other tensors on neuron:0 (when checking argument in method c10d::allgather_). A collective "
+                "sends or receives every tensor it is given on one device: move the tensor with .to('neuron') "
+                "(or run the whole collective on CPU tensors)"
             ),
         ):
             dist.all_gather([out], torch.ones(out.shape, device="neuron"))

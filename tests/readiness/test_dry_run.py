@@ -257,3 +257,36 @@ def test_dry_run_of_some_ranks_of_a_torchrun_job(tmp_path):
     assert sorted(m["rank"] for m in rep["memory_per_rank"]) == [0, 5]  # only what ran
     assert "ranks 1-4, 6-7 of the job's 8 were not run" in (out / "report.md").read_text()
     assert "dry run of ranks 0, 5 of 8" in p.stdout and "coord (0, 0)" in p.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_ranks_start_one_at_a_time_until_each_has_loaded(tmp_path):
+    # Loading is when a rank holds the most host memory (a tensor-parallel load reads its
+    # slices), so a rank starts only once the one before it has begun its first forward.
+    script = tmp_path / "job.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import os, time, torch
+            log = open(os.path.join(os.path.dirname(__file__), "times.txt"), "a")
+            rank = int(os.environ["RANK"])
+            log.write(f"{rank} start {time.time()}\\n"); log.flush()
+            model = torch.nn.Linear(4, 4).to("neuron")
+            time.sleep(1.0)  # "loading"
+            log.write(f"{rank} forward {time.time()}\\n"); log.flush()
+            model(torch.ones(4, device="neuron")).sum().backward()
+            """
+        )
+    )
+    cmd = [sys.executable, "-m", "torch_neuronx.readiness._ranks", "--raw", str(tmp_path / "raw")]
+    cmd += ["--nproc-per-node", "3", "--workers", "3", str(script)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    times = {}
+    for line in (tmp_path / "times.txt").read_text().splitlines():
+        rank, what, t = line.split()
+        times[(int(rank), what)] = float(t)
+    for rank in (0, 1):
+        assert times[(rank + 1, "start")] >= times[(rank, "forward")], times
+    assert sorted(os.listdir(tmp_path / "raw")) == ["rank0.json", "rank1.json", "rank1.log", "rank2.json", "rank2.log"]

@@ -12,6 +12,14 @@ under a dry-run recording (``_launch``), writing DIR/rank<R>.json. Children shar
 parent's imported modules copy-on-write, so a rank costs its own tensors and objects,
 not a fresh interpreter. The first rank run prints to the terminal; the others to
 DIR/rank<R>.log.
+
+A rank is started only once the one started before it has begun its first forward. Until
+then a rank is loading its model, and loading is what takes a rank's host memory: for a
+sharded checkpoint transformers reads each rank's slices through safetensors (file pages
+and copies, several GiB a rank at 70B), which this package cannot avoid without patching
+those libraries. After the first forward a rank holds a few hundred MiB, so one loading
+rank at a time bounds the job's host memory, at little cost in time on a machine with
+fewer cores than workers' loading would need.
 """
 
 from __future__ import annotations
@@ -21,6 +29,8 @@ import ast
 import importlib
 import importlib.util
 import os
+import select
+import struct
 import sys
 
 _HEAVY_PREFIXES = (
@@ -134,10 +144,22 @@ class AsRank:
         self._store = None
 
 
-def _child(rank: int, env: dict, raw_dir: str, target: list[str], terminal: bool) -> int:
+def _signal_first_forward(fd: int, rank: int) -> None:
+    """Write ``rank`` to ``fd`` when the first module forward starts (the rank has loaded)."""
+    import torch
+
+    def hook(module, args):
+        handle.remove()
+        os.write(fd, struct.pack("<i", rank))
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(hook)
+
+
+def _child(rank: int, env: dict, raw_dir: str, target: list[str], terminal: bool, loaded_fd: int) -> int:
     from neuronsim import settings as _settings
 
     _settings.set_rank_environment(env)
+    _signal_first_forward(loaded_fd, rank)
     if not terminal:
         log = os.open(os.path.join(raw_dir, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(log, 1)
@@ -179,36 +201,54 @@ def run(raw_dir: str, nnodes: int, nproc: int, workers: int, target: list[str], 
     os.makedirs(raw_dir, exist_ok=True)
     preimport(target)
     store = dist.TCPStore("127.0.0.1", 0, world, is_master=True, wait_for_workers=False)
-    running: dict = {}
+    running: dict = {}  # pid -> rank
+    loading: set = set()  # ranks started that have not begun their first forward
+    loaded_r, loaded_w = os.pipe()
     worst = 0
 
-    def reap() -> None:
+    def wait_event() -> None:
+        """Blocks until a rank exits or reports that it has loaded."""
         nonlocal worst
-        pid, status = os.wait()
-        rank = running.pop(pid)
-        rc = os.waitstatus_to_exitcode(status)
-        if rc:
-            worst = max(worst, rc if rc > 0 else 1)
-            if rank != ranks[0]:
-                print(f"torch-neuronx check: rank {rank} exited with {rc}; its output: {raw_dir}/rank{rank}.log")
+        while True:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid:
+                rank = running.pop(pid)
+                loading.discard(rank)
+                rc = os.waitstatus_to_exitcode(status)
+                if rc:
+                    worst = max(worst, rc if rc > 0 else 1)
+                    if rank != ranks[0]:
+                        print(
+                            f"torch-neuronx check: rank {rank} exited with {rc}; its output: {raw_dir}/rank{rank}.log"
+                        )
+                return
+            if select.select([loaded_r], [], [], 0.2)[0]:
+                data = os.read(loaded_r, 4096)
+                loading.difference_update(r for (r,) in struct.iter_unpack("<i", data))
+                return
 
     for rank in ranks:
-        while len(running) >= workers:
-            reap()
+        while len(running) >= workers or loading:
+            wait_event()
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:  # the rank
             rc = 1
             try:
-                rc = _child(rank, _rank_env(rank, nproc, world, store.port), raw_dir, target, rank == ranks[0])
+                os.close(loaded_r)
+                env = _rank_env(rank, nproc, world, store.port)
+                rc = _child(rank, env, raw_dir, target, rank == ranks[0], loaded_w)
             finally:
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(rc if isinstance(rc, int) else 1)
         running[pid] = rank
+        loading.add(rank)
     while running:
-        reap()
+        wait_event()
+    os.close(loaded_r)
+    os.close(loaded_w)
     return worst
 
 

@@ -4,7 +4,8 @@
 
 DTensor's offset-based RNG tracker reads the neuron generator's 16-byte (seed,
 offset) state: shards of a Shard placement draw different numbers, replicas the
-same, the offsets stay in sync across ranks, and a seeded rerun draws the same.
+same, the offsets stay in sync across ranks, a seeded rerun draws the same, and
+a user generator draws what the default one does.
 Then PyTorch's FSDP2 example's initialisation (meta device, fully_shard,
 to_empty(device="neuron"), reset_parameters) and one training step. Rank 0
 prints "DTENSOR RNG OK".
@@ -93,6 +94,22 @@ def fsdp2_init(dev):
     return [p.full_tensor().cpu() for p in model.parameters()]
 
 
+def user_generator_agrees_with_default(mesh):
+    """A neuron generator passed to a DTensor random op draws what the default
+    generator would, and advances as it does (PyTorch's test_init_with_user_generator).
+    The tracker keeps the state of neuron:(rank % device count): a rank must run on
+    that device, as torchrun's LOCAL_RANK and torch.neuron.set_device(rank) make it."""
+    torch.manual_seed(42)
+    rng = torch.Generator(device="neuron").manual_seed(42)
+    a = torch.distributed.tensor.empty((8, 3), device_mesh=mesh, placements=[Shard(0)])
+    b = torch.distributed.tensor.empty((8, 3), device_mesh=mesh, placements=[Shard(0)])
+    for i in range(2):
+        nn.init.uniform_(a, 0.0, 1.0)
+        nn.init.uniform_(b, 0.0, 1.0, rng)
+        assert torch.equal(a.full_tensor().cpu(), b.full_tensor().cpu()), f"user generator differs at draw {i}"
+    assert torch.equal(rng.get_state(), torch.neuron.get_rng_state()), "user generator out of step"
+
+
 def main():
     dist.init_process_group("neuron")
     rank, ws = dist.get_rank(), dist.get_world_size()
@@ -116,6 +133,8 @@ def main():
     again = random_ops(mesh, dev)
     for a, b in zip((sharded, replicated, dropped), again):
         assert torch.equal(a.cpu(), b.cpu()), "a seeded rerun drew different numbers"
+
+    user_generator_agrees_with_default(mesh)
 
     params = fsdp2_init(dev)
     assert all(torch.equal(a, b) for a, b in zip(params, fsdp2_init(dev))), "FSDP2 init is not reproducible"
