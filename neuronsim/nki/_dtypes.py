@@ -87,7 +87,6 @@ _FROM_NUMPY = {
 }
 
 
-# The host array types AWS's NKI uses for the formats NumPy lacks (the ml_dtypes package).
 def _loaded_torch():
     """The torch module the caller imported. This package never imports torch itself: it
     only converts torch tensors it was handed, so torch is loaded whenever that is asked."""
@@ -97,6 +96,7 @@ def _loaded_torch():
     return torch
 
 
+# The host array types AWS's NKI uses for the formats NumPy lacks (the ml_dtypes package).
 _ML_NAMES = {"bfloat16": "bfloat16", "float8_e4m3": "float8_e4m3fn", "float8_e5m2": "float8_e5m2"}
 
 

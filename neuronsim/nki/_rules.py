@@ -119,9 +119,8 @@ def _from_chip(c):
     )
 
 
-_HW = _hardware
-TRN2 = _from_chip(_HW.CHIPS["trn2"])
-TRN3 = _from_chip(_HW.CHIPS["trn3"])
+TRN2 = _from_chip(_hardware.CHIPS["trn2"])
+TRN3 = _from_chip(_hardware.CHIPS["trn3"])
 HARDWARE = {"trn2": TRN2, "trn3": TRN3}
 
 
@@ -133,19 +132,19 @@ def get_hardware(target=None):
     if isinstance(target, Hardware):
         return target
     if target is None:
-        name = _HW.chip().name
+        name = _hardware.chip().name
         if name not in HARDWARE:
             raise NotImplementedError(
                 f"TORCH_NEURONX_INSTANCE_TYPE={_settings.raw('TORCH_NEURONX_INSTANCE_TYPE')!r} "
-                f"selects a {name} chip (NeuronCore-{_HW.CHIPS[name].nc_version}); the NKI "
+                f"selects a {name} chip (NeuronCore-{_hardware.CHIPS[name].nc_version}); the NKI "
                 f"simulator models {' and '.join(NKI_CHIPS)} only: choose a trn2 or trn3 "
                 f"instance type, or pass platform_target='trn2'"
             )
         return HARDWARE[name]
     key = str(target).lower()
-    if key in _HW.CHIPS and key not in HARDWARE:
+    if key in _hardware.CHIPS and key not in HARDWARE:
         raise NotImplementedError(
-            f"platform_target {target!r} (NeuronCore-{_HW.CHIPS[key].nc_version}) is not "
+            f"platform_target {target!r} (NeuronCore-{_hardware.CHIPS[key].nc_version}) is not "
             f"simulated; the NKI simulator models {' and '.join(NKI_CHIPS)} only"
         )
     try:
