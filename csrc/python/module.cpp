@@ -2,6 +2,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/extension.h>
 
 #include <chrono>
@@ -60,6 +61,8 @@ void shutdown_autograd_threads() {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_register_cpu_kernel_routes", &register_cpu_kernel_routes);
   m.def("_register_collective_routes", &register_collective_routes);
+  // How many C++ owners a c10d backend has (the Python object counts as one).
+  m.def("_c10d_use_count", [](c10d::Backend& b) { return c10::raw::intrusive_ptr::use_count(&b); });
   m.def("_shutdown_autograd_threads", &shutdown_autograd_threads);
   m.def("_instance_info", &instance_info);
   // (name, physical cores, HBM bytes, allowed LNC, default LNC) per chip and

@@ -165,6 +165,31 @@ def test_group_without_cpu_backend_still_works():
         dist.destroy_process_group()
 
 
+_FREED_UNDER_THE_GIL = """
+import tempfile, time, torch, torch.distributed as dist
+dist.init_process_group("neuron", store=dist.FileStore(tempfile.mktemp(), 1), rank=0, world_size=1)
+reducer = dist.Reducer([torch.nn.Parameter(torch.ones(4, device="neuron"))], [[0]], [1 << 20], dist.group.WORLD)
+def slow(fut):
+    time.sleep(0.5)  # without the GIL: the main thread tears the group down meanwhile
+    return fut.value()
+fut = dist.all_reduce(torch.ones(4, device="neuron"), async_op=True).get_future().then(slow)
+time.sleep(0.1)
+dist.destroy_process_group()
+del reducer  # DDP's reducer frees the last C++ reference to the group while holding the GIL
+print("freed", flush=True)
+assert fut.wait()[0].device.type == "neuron"
+"""
+
+
+def test_group_freed_by_cpp_under_the_gil_does_not_hang():
+    # gloo's destructor joins its workers; one still running a collective's callback
+    # needs the GIL. The backend's last reference is a Python one, released without the GIL.
+    p = subprocess.run(
+        [sys.executable, "-c", _FREED_UNDER_THE_GIL], env=_env(), capture_output=True, text=True, timeout=60
+    )
+    assert p.returncode == 0 and p.stdout == "freed\n", p.stderr[-2000:]
+
+
 # ---------------------------------------------------------------------------
 # torchrun
 

@@ -18,6 +18,7 @@ collectives / DCP's CPU metadata exchanges work on the same group.
 
 from __future__ import annotations
 
+import atexit
 import datetime
 
 import torch
@@ -27,6 +28,22 @@ BACKEND_NAME = "neuron"
 DEVICES = ["neuron", "cpu"]
 
 _registered = False
+
+# Every gloo backend this process created, held from Python. A group can end up owned
+# only by C++ code that frees it with the GIL held (DDP's reducer, at the end of a script
+# that destroyed its groups); gloo's destructor then joins its worker threads under the
+# GIL, while a worker finishing a collective may need the GIL to free a tensor that Python
+# has seen: the process hangs. With this reference, the last release is a Python one,
+# whose binding drops the GIL while gloo joins: at the next group creation for backends
+# nobody else holds, the rest at exit.
+_backends: list = []
+
+
+def _release_backends(everything: bool = False) -> None:
+    from .. import _C
+
+    # use_count counts the Python object as one owner.
+    _backends[:] = [] if everything else [b for b in _backends if _C._c10d_use_count(b) > 1]
 
 
 def _create_backend(opts, backend_options=None):
@@ -50,6 +67,8 @@ def _create_backend(opts, backend_options=None):
     backend.options.global_ranks_in_group = list(opts.global_ranks_in_group or [])
     backend.options.group_name = opts.group_id
     backend._set_sequence_number_for_group()
+    _release_backends()
+    _backends.append(backend)
     return backend
 
 
@@ -115,6 +134,7 @@ def register_backend() -> None:
         install_hook()  # ring attention for neuron's SDPA, once PyTorch's CP module loads
     if dist.is_available() and BACKEND_NAME.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=DEVICES)
+        atexit.register(_release_backends, everything=True)
     _registered = True
 
 
