@@ -2,8 +2,8 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/autograd/engine.h>
-#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/extension.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include <chrono>
 #include <thread>
