@@ -9,12 +9,6 @@ PACKAGES = (ROOT / "torch_neuronx", ROOT / "neuronsim")  # the distribution's tw
 EXCLUDED = (ROOT / "neuronsim" / "nki" / "kernels",)
 MAX_LINES = 80
 
-# Functions still longer today, each with why it stays for now. Remove an entry once its
-# function is split; add none for new code.
-ALLOWED = {
-    "torch_neuronx/_dynamo/backend.py:_compile": "the backend's compile path; backend.py is being edited elsewhere",
-}
-
 
 def _function_lengths(path: Path):
     """(qualified name, lines from `def` to the last line) of every function in `path`, nested ones too."""
@@ -43,14 +37,8 @@ def _long_functions():
     return found
 
 
-def test_no_new_function_is_longer_than_the_limit():
-    new = {k: v for k, v in _long_functions().items() if k not in ALLOWED}
-    assert new == {}, f"split these into functions of at most {MAX_LINES} lines, one concern each"
-
-
-def test_allow_list_holds_only_functions_still_too_long():
-    stale = sorted(set(ALLOWED) - set(_long_functions()))
-    assert stale == [], "these are split (or gone): remove them from ALLOWED"
+def test_no_function_is_longer_than_the_limit():
+    assert _long_functions() == {}, f"split these into functions of at most {MAX_LINES} lines, one concern each"
 
 
 def test_lengths_count_nested_functions_and_methods(tmp_path):

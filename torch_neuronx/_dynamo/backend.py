@@ -202,16 +202,7 @@ def _compile(gm, example_inputs: list, opts: _Options, graph_name: str, names: l
     cpu_idx = _cpu_inputs(example_inputs)
     device = _target_device(example_inputs)
     if cpu_idx:
-        if _flag("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY"):
-            i = cpu_idx[0]
-            raise NeuronCpuInputError(
-                f"input {names[i]} of compiled graph {graph_name} is a CPU tensor of shape "
-                f"{tuple(example_inputs[i].shape)}; compiled neuron graphs take neuron tensors. "
-                f"Move it with .to('neuron') (TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY=1 "
-                f"turned automatic copies off)."
-            )
-        example_inputs = _to_device_examples(example_inputs, cpu_idx, device)
-        _move_graph_to(gm, device)
+        example_inputs = _take_cpu_inputs(gm, example_inputs, cpu_idx, device, graph_name, names)
 
     if cache.artifacts_enabled():
         cache.write_artifact(graph_name, "dynamo_graph.txt", gm.print_readable(print_output=False))
@@ -222,9 +213,28 @@ def _compile(gm, example_inputs: list, opts: _Options, graph_name: str, names: l
         # No data to run generated code on: partitioned as for Inductor, run op by op on fake tensors.
         compiled = glue.partition_without_codegen(gm, example_inputs, graph_name)
         metrics.record_graph(graph_name, _shape_sig(example_inputs), 0.0, "dry run")
-        return _CopyIn(compiled, cpu_idx, device) if cpu_idx else compiled
+    else:
+        compiled = _compile_with_inductor(gm, example_inputs, opts, graph_name)
+    return _CopyIn(compiled, cpu_idx, device) if cpu_idx else compiled
 
-    use_cache = cache.cache_enabled()
+
+def _take_cpu_inputs(gm, example_inputs, cpu_idx, device, graph_name: str, names: list) -> list:
+    """The graph compiled for `device`, with CPU tensor inputs copied in on each call
+    (unless the user turned that off)."""
+    if _flag("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY"):
+        i = cpu_idx[0]
+        raise NeuronCpuInputError(
+            f"input {names[i]} of compiled graph {graph_name} is a CPU tensor of shape "
+            f"{tuple(example_inputs[i].shape)}; compiled neuron graphs take neuron tensors. "
+            f"Move it with .to('neuron') (TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY=1 "
+            f"turned automatic copies off)."
+        )
+    _move_graph_to(gm, device)
+    return _to_device_examples(example_inputs, cpu_idx, device)
+
+
+def _verify_cache() -> None:
+    """Drop corrupted cache entries before a compile, and say so."""
     discarded = cache.verify_entries()
     if discarded:
         metrics.record_discarded(discarded)
@@ -232,11 +242,17 @@ def _compile(gm, example_inputs: list, opts: _Options, graph_name: str, names: l
             f"backend 'neuron': discarded {len(discarded)} corrupted compile-cache "
             f"entr{'y' if len(discarded) == 1 else 'ies'} of {cache.cache_dir()} (they will be "
             f"recompiled): {', '.join(discarded[:3])}{' ...' if len(discarded) > 3 else ''}",
-            stacklevel=2,
+            stacklevel=4,  # _compile's caller, as the fallback warning
         )
+
+
+def _compile_with_inductor(gm, example_inputs: list, opts: _Options, graph_name: str):
+    """Inductor's code for the graph (through the cache), recorded in the metrics; on a
+    compiler failure, the eager graph if the user allowed fallback execution."""
+    use_cache = cache.cache_enabled()
+    _verify_cache()
     counters = glue.dynamo_counters()
     before = _cache_counts(counters)
-
     first_call_done = []
 
     def on_inner_compile(inner_gm, compiled, is_backward, seconds):
@@ -266,29 +282,28 @@ def _compile(gm, example_inputs: list, opts: _Options, graph_name: str, names: l
     except Exception as e:
         if glue.is_dynamo_control_exception(e) or isinstance(e, NeuronCompileError):
             raise
-        seconds = time.perf_counter() - t0
-        cause = glue.compile_failure_cause(e)
-        if not opts.fallback_execution:
-            raise NeuronGraphCompilationError(
-                f"graph {graph_name} failed to compile: {cause}\n"
-                f"Pass options={{'fallback_execution': True}} to torch.compile (or set "
-                f"TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0) to run such graphs eagerly."
-            ) from e
-        _warn_fallback_once(graph_name, cause)
-        metrics.record_fallback(graph_name, cause)
-        metrics.add_compile_seconds(seconds)
-        compiled = gm.forward
-    else:
-        first_call_done.append(True)
-        seconds = time.perf_counter() - t0
-        after = _cache_counts(counters)
-        cache.record_entries(opts.model_name)
-        outcome = _cache_outcome(before, after, use_cache and cache.persistent())
-        metrics.record_graph(graph_name, _shape_sig(example_inputs), seconds, outcome)
-
-    if cpu_idx:
-        return _CopyIn(compiled, cpu_idx, device)
+        return _fall_back(gm, opts, graph_name, e, time.perf_counter() - t0)
+    first_call_done.append(True)
+    seconds = time.perf_counter() - t0
+    cache.record_entries(opts.model_name)
+    outcome = _cache_outcome(before, _cache_counts(counters), use_cache and cache.persistent())
+    metrics.record_graph(graph_name, _shape_sig(example_inputs), seconds, outcome)
     return compiled
+
+
+def _fall_back(gm, opts: _Options, graph_name: str, error: Exception, seconds: float):
+    """The eager graph in place of one the compiler failed on, or the error if fallback is off."""
+    cause = glue.compile_failure_cause(error)
+    if not opts.fallback_execution:
+        raise NeuronGraphCompilationError(
+            f"graph {graph_name} failed to compile: {cause}\n"
+            f"Pass options={{'fallback_execution': True}} to torch.compile (or set "
+            f"TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0) to run such graphs eagerly."
+        ) from error
+    _warn_fallback_once(graph_name, cause)
+    metrics.record_fallback(graph_name, cause)
+    metrics.add_compile_seconds(seconds)
+    return gm.forward
 
 
 def _warn_fallback_once(graph_name: str, cause: str) -> None:
@@ -299,7 +314,7 @@ def _warn_fallback_once(graph_name: str, cause: str) -> None:
         f"backend 'neuron': graph {graph_name} failed to compile ({cause}); running it eagerly "
         f"(fallback_execution=True). Later graphs failing for the same cause fall back silently; "
         f"torch.neuron.get_dynamo_metrics()['fallbacks'] lists them.",
-        stacklevel=2,
+        stacklevel=4,  # _compile's caller
     )
 
 
