@@ -225,6 +225,26 @@ def test_in_process_dry_run_as_one_rank_of_a_larger_job():
         torch_neuronx.readiness(rank=1, world_size=2)
 
 
+def test_dtensor_caches_its_sharding_propagation_as_in_eager():
+    # The dry run's fake mode would make DTensor think it is tracing and skip its cache.
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+
+    prop = DTensor._op_dispatcher.sharding_propagator
+    with torch_neuronx.readiness(dry_run=True, rank=0, world_size=4):
+        dist.init_process_group("neuron")
+        mesh = init_device_mesh("neuron", (4,))
+        w = distribute_tensor(torch.randn(68, 52, device="neuron"), mesh, [Shard(0)])  # shapes no other test uses
+        misses = prop.propagate_op_sharding.cache_info().misses
+        for _ in range(3):
+            y = (w * 2).sum()
+        # mul and sum propagate once, through the cache; the repeats reuse the result
+        assert prop.propagate_op_sharding.cache_info().misses == misses + 2
+        assert y.shape == ()
+    assert "propagate_op_sharding_non_cached" not in vars(prop)  # removed with the dry run
+
+
 def test_ranks_option_is_checked_against_the_job(tmp_path, capsys):
     from torch_neuronx.readiness import _cli
 

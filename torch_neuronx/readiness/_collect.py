@@ -30,6 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from neuronsim import settings as _settings
 
 from .. import _C
+from ..neuron import memory as _memory
 from ..profiler import _graphs
 from . import _fake
 
@@ -128,12 +129,12 @@ def _dtype_name(dtype) -> str:
 
 def _counters(core: int) -> dict:
     """The core's allocator counters, read from torch.neuron's memory stats (their one source)."""
-    s = torch.neuron.memory_stats(core)
+    s = _memory._device_stats(core)
     return {
-        "allocated_current": s["allocated_bytes.all.current"],
-        "allocated_peak": s["allocated_bytes.all.peak"],
-        "reserved_current": s["reserved_bytes.all.current"],
-        "reserved_peak": s["reserved_bytes.all.peak"],
+        "allocated_current": s["allocated_bytes"]["all"]["current"],
+        "allocated_peak": s["allocated_bytes"]["all"]["peak"],
+        "reserved_current": s["reserved_bytes"]["all"]["current"],
+        "reserved_peak": s["reserved_bytes"]["all"]["peak"],
         "num_ooms": s["num_ooms"],
         "capacity": torch.neuron.mem_get_info(core)[1],
     }

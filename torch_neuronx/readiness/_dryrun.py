@@ -194,6 +194,7 @@ class DryRun:
         self._mode = None
         self._resize = _fake.StorageResizeTap(self._on_resize)
         self._foreach = _fake.ForeachTap()
+        self._sharding = _fake.ShardingCacheTap()
         self._hooks = []
 
     # -- lifecycle ---------------------------------------------------------------
@@ -210,6 +211,7 @@ class DryRun:
         self._mode.__enter__()
         self._resize.install()
         self._foreach.install()
+        self._sharding.install()
         self._hooks = [
             # not a global forward hook: torch.compile(module) warns about those
             register_module_parameter_registration_hook(lambda m, name, p: self._modules.add(m)),
@@ -224,6 +226,7 @@ class DryRun:
         self._hooks = []
         self._resize.remove()
         self._foreach.remove()
+        self._sharding.remove()
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
             self._fake.__exit__(None, None, None)

@@ -237,6 +237,42 @@ class ForeachTap:
         self._added = []
 
 
+class ShardingCacheTap:
+    """Lets DTensor cache its sharding propagation in a dry run, as it does in an eager run.
+
+    DTensor propagates without its cache while it believes it is tracing, and an active fake
+    mode is one of its signs. The dry run's fake mode is active throughout, with concrete
+    shapes, so the cache holds as it does in eager; propagating every op anew took about 7%
+    of a rank of a TP x FSDP dry run. Installed on DTensor's propagator for the dry run only.
+    """
+
+    def __init__(self):
+        self._prop = None
+
+    def install(self) -> None:
+        from torch.distributed.tensor import DTensor
+
+        prop = DTensor._op_dispatcher.sharding_propagator
+        if "propagate_op_sharding_non_cached" in vars(prop):
+            return
+        # The cache wraps the original method, bound when the propagator was built.
+        cached, uncached = prop.propagate_op_sharding, prop.propagate_op_sharding_non_cached
+
+        def propagate(op_schema):
+            try:
+                return cached(op_schema)
+            except TypeError:  # an unhashable schema (symbolic sizes of a compiler's trace)
+                return uncached(op_schema)
+
+        prop.propagate_op_sharding_non_cached = propagate
+        self._prop = prop
+
+    def remove(self) -> None:
+        if self._prop is not None:
+            del self._prop.propagate_op_sharding_non_cached
+            self._prop = None
+
+
 class StorageResizeTap:
     """Calls ``on_resize(storage, new_nbytes)`` for every ``UntypedStorage.resize_``.
 
