@@ -88,7 +88,8 @@ def _tree_pss_bytes(root: int) -> int:
 
 
 class _PeakTreeMemory(threading.Thread):
-    """Samples the job's total memory (all ranks together, shared pages once) every 0.2 s."""
+    """Samples the job's total memory (all ranks together, shared pages once) every 0.5 s
+    (a rank's loading peak lasts seconds; reading every process's smaps costs CPU)."""
 
     def __init__(self, pid: int):
         super().__init__(daemon=True)
@@ -97,7 +98,7 @@ class _PeakTreeMemory(threading.Thread):
     def run(self) -> None:
         while not self.done:
             self.peak = max(self.peak, _tree_pss_bytes(self.pid))
-            time.sleep(0.2)
+            time.sleep(0.5)
 
 
 def run_case(name: str, work: str, steps: int, seq: int, workers: int, ranks: str | None = None) -> dict:
