@@ -225,6 +225,27 @@ def test_in_process_dry_run_as_one_rank_of_a_larger_job():
         torch_neuronx.readiness(rank=1, world_size=2)
 
 
+def test_threads_the_script_starts_run_dry_too():
+    # Dispatch modes are per thread; a loader thread's ops must not allocate for real.
+    import threading
+
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    before = torch.neuron.memory_allocated()  # what earlier tests in this worker still hold
+    seen = {}
+
+    def work():
+        x = torch.empty(1 << 30, device="neuron")  # 4 GiB: only its accounting exists
+        seen["fake"], seen["allocated"] = isinstance(x, FakeTensor), torch.neuron.memory_allocated()
+
+    with torch_neuronx.readiness(dry_run=True):
+        t = threading.Thread(target=work)
+        t.start()
+        t.join()
+    assert seen == {"fake": True, "allocated": before + (1 << 32)}
+    assert torch.neuron.memory_allocated() == before
+
+
 def test_dtensor_caches_its_sharding_propagation_as_in_eager():
     # The dry run's fake mode would make DTensor think it is tracing and skip its cache.
     import torch.distributed as dist

@@ -3,6 +3,7 @@ output token), from a real run and a dry run of generate, and the published-figu
 
 import json
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,20 @@ def test_generate_reports_a_prefill_and_a_cheaper_decode_step(dry_run, fresh_dyn
     md = report.to_markdown()
     assert "Estimated generation phases" in md
     assert json.loads(report.to_json())["estimates"][0]["phases"]["decode"]["count"] == NEW - 1
+
+
+def test_a_forward_that_raises_is_closed_like_one_that_returns():
+    # PyTorch calls always-called global forward hooks without kwargs when a forward raises;
+    # the recording's hook takes both forms (before, it failed and PyTorch warned).
+    class Boom(torch.nn.Module):
+        def forward(self, x):
+            raise ValueError("boom")
+
+    with torch_neuronx.readiness(), warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with pytest.raises(ValueError, match="boom"):
+            Boom()(torch.ones(1, 2, device="neuron"))
+    assert not [w for w in seen if "silenced" in str(w.message)]
 
 
 def test_training_has_no_phases():

@@ -15,10 +15,8 @@ def header_only_checkpoint(config, path: str, dtype=None, shard_bytes: int = 5 <
     weights would take.
 
     The data region of each file is a hole (``truncate``): no disk blocks, so ``from_pretrained
-    (path)`` of a 405B model costs no disk here. A dry run on one core reads none of it; with
-    a tensor-parallel plan transformers reads each rank's slices through safetensors, which
-    costs that rank host memory (zero pages) while it loads, but no disk. Outside a dry run
-    the weights read as zeros.
+    (path)`` of a 405B model costs no disk here, and a dry run reads none of it (with a
+    tensor-parallel plan too). Outside a dry run the weights read as zeros.
     """
     import torch
     from transformers import AutoModelForCausalLM

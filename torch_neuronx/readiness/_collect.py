@@ -807,7 +807,10 @@ class _Forwards:
             }
             self.buckets.append(self._cur)
 
-    def _post(self, module, args, kwargs, output):
+    def _post(self, module, args, *kwargs_and_output):
+        # (module, args, kwargs, output); a forward that raised gets (module, args, None):
+        # PyTorch calls always-called global hooks without kwargs on that path.
+        kwargs = kwargs_and_output[0] if len(kwargs_and_output) == 2 else {}
         if torch.compiler.is_compiling():
             return
         self._depth = max(self._depth - 1, 0)

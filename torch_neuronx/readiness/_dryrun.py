@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import collections
 import dis
+import functools
 import heapq
+import threading
 import weakref
 
 import torch
@@ -143,21 +145,31 @@ class _Mode(torch.utils._python_dispatch.TorchDispatchMode):
         return True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        # One op at a time: a fake mode holds per-call state that threads must not share.
+        with self.dry._lock:
+            return self._dispatch(func, args, kwargs or {})
+
+    def _dispatch(self, func, args, kwargs):
         if func is _PRIM_DEVICE:  # a fake tensor's device, asked from C++: the fake mode answers
             return func(*args)
-        kwargs = kwargs or {}
         if func is _aten._local_scalar_dense.default:
             if not isinstance(args[0], _fake.FakeTensor):
                 return _fake.run_real(func, args, kwargs)  # a real host tensor has its value
             return self.dry._read_value(args[0])
         host = _fake.real_host_args(args, kwargs)
+        if host and (func.is_view or torch.Tag.inplace_view in func.tags):
+            # Views and metadata changes (set_ onto a storage, which is how safetensors points a
+            # tensor at a checkpoint's memory map; t_, ...) make no data: run them on the real
+            # tensors. A small result stays real, as its values exist; a large view goes fake
+            # below. The fake mode refuses metadata changes of real tensors.
+            out = _fake.run_real(func, args, kwargs)
+            if not func.is_view or _fake.small_host_result(out, _REAL_HOST_BYTES):
+                return out
         # Large real inputs never reach the fake mode as they are: it would compute on them.
         args, kwargs = _fake.fakeify(self.dry._fake, args, kwargs, _REAL_HOST_BYTES)
         host = host and _fake.real_host_args(args, kwargs)
-        if host and (func.is_view or _fake.host_result_is_small(func, args, kwargs, _REAL_HOST_BYTES)):
-            out = _fake.run_real(func, args, kwargs)  # a view makes no data: its size is known after
-            if not func.is_view or _fake.small_host_result(out, _REAL_HOST_BYTES):
-                return out
+        if host and _fake.host_result_is_small(func, args, kwargs, _REAL_HOST_BYTES):
+            return _fake.run_real(func, args, kwargs)
         try:
             out = func(*args, **kwargs)  # the fake run: shapes only
         except Exception as e:
@@ -175,6 +187,17 @@ class _Mode(torch.utils._python_dispatch.TorchDispatchMode):
             return _fake.run_real(func, args, kwargs)
         self.dry._after_op(func, args, out)
         return out
+
+
+def _locked(method):
+    """A DryRun method under the run's lock: threads the script starts record here too."""
+
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return run
 
 
 class DryRun:
@@ -195,6 +218,9 @@ class DryRun:
         self._resize = _fake.StorageResizeTap(self._on_resize)
         self._foreach = _fake.ForeachTap()
         self._sharding = _fake.ShardingCacheTap()
+        self._threads = None
+        # Threads the script starts run ops here too (and storages die in any thread).
+        self._lock = threading.RLock()
         self._hooks = []
 
     # -- lifecycle ---------------------------------------------------------------
@@ -212,6 +238,8 @@ class DryRun:
         self._resize.install()
         self._foreach.install()
         self._sharding.install()
+        self._threads = _fake.ThreadTap([self._fake, self._mode])
+        self._threads.install()
         self._hooks = [
             # not a global forward hook: torch.compile(module) warns about those
             register_module_parameter_registration_hook(lambda m, name, p: self._modules.add(m)),
@@ -227,6 +255,8 @@ class DryRun:
         self._resize.remove()
         self._foreach.remove()
         self._sharding.remove()
+        if self._threads is not None:
+            self._threads.remove()
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
             self._fake.__exit__(None, None, None)
@@ -234,6 +264,7 @@ class DryRun:
         _ACTIVE = None
 
     # -- accounting --------------------------------------------------------------
+    @_locked
     def _on_fake_op(self, func, args, kwargs, out) -> None:
         """Every fake op, from the fake mode itself: ops on DTensor shards too. An op that reads
         a storage this run holds is device work, and its new outputs are reserved; one that
@@ -256,6 +287,7 @@ class DryRun:
                 name = func.name()
             self._account(key, st, st.nbytes(), t, name)
 
+    @_locked
     def _after_op(self, func, args, out) -> None:
         outs = out if isinstance(out, (list, tuple)) else (out,)
         tensors = [t for t in outs if isinstance(t, torch.Tensor)]
@@ -306,6 +338,7 @@ class DryRun:
         self._allocated[core] += nbytes
         self._note_growth(core)
 
+    @_locked
     def _release(self, key) -> None:
         entry = self._live.pop(key, None)
         self._refs.pop(key, None)
@@ -314,6 +347,7 @@ class DryRun:
             if entry[5]:
                 _C._release(entry[5])
 
+    @_locked
     def _on_resize(self, storage, nbytes: int) -> None:
         """FSDP2's storage resizes: the storage's memory is released or re-reserved."""
         # Only neuron storages have entries; a fake tensor's storage itself is on "meta".
@@ -387,6 +421,7 @@ class DryRun:
         return self._snap.get(core)
 
     # -- values ------------------------------------------------------------------
+    @_locked
     def _read_value(self, t: torch.Tensor):
         f = _user_frame()
         known = self._known_value(t)

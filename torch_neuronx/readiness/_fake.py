@@ -8,6 +8,7 @@ reason, so a PyTorch upgrade is checked in one file.
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 
@@ -29,7 +30,9 @@ __all__ = [
     "local",
     "is_wrapper",
     "ForeachTap",
+    "ShardingCacheTap",
     "StorageResizeTap",
+    "ThreadTap",
 ]
 
 
@@ -132,10 +135,39 @@ def _meta_like(a):
     return a
 
 
+def _signature(a):
+    """What an op's result size can depend on, for one argument: a tensor's shape, strides
+    and dtype, anything else as it is (TypeError when that cannot be a dict key)."""
+    if isinstance(a, torch.Tensor):
+        return (tuple(a.shape), a.stride(), a.dtype)
+    if isinstance(a, (list, tuple)):
+        return tuple(_signature(b) for b in a)
+    hash(a)
+    return a
+
+
+_SMALL: dict = {}  # (func, argument signatures, limit) -> host_result_is_small's answer
+
+
 def host_result_is_small(func, args, kwargs, limit: int) -> bool:
     """An ATen op on real host tensors makes results of under `limit` bytes in all, as its
     meta kernel says (shapes only, no data: far cheaper than the fake mode, which converts
-    every real input to a fake one first). False when the meta kernel cannot say."""
+    every real input to a fake one first). False when the meta kernel cannot say. Answers
+    are kept per op and argument signature: libraries repeat the same small host ops (a
+    device mesh's coordinates, once per parameter)."""
+    try:
+        key = (func, _signature(args), _signature(tuple(kwargs.items())), limit)
+    except TypeError:
+        return _host_result_is_small(func, args, kwargs, limit)
+    small = _SMALL.get(key)
+    if small is None:
+        if len(_SMALL) >= 1 << 16:  # scalars in the key (a learning rate) can make it grow
+            _SMALL.clear()
+        small = _SMALL[key] = _host_result_is_small(func, args, kwargs, limit)
+    return small
+
+
+def _host_result_is_small(func, args, kwargs, limit: int) -> bool:
     if func.namespace != "aten" or not any(isinstance(a, torch.Tensor) for a in _leaves(args, kwargs)):
         return False  # factories (whose size is in their arguments) and other namespaces: ask the fake mode
     from torch.utils._python_dispatch import _disable_current_modes
@@ -271,6 +303,37 @@ class ShardingCacheTap:
         if self._prop is not None:
             del self._prop.propagate_op_sharding_non_cached
             self._prop = None
+
+
+class ThreadTap:
+    """Runs the threads a script starts during a dry run in the dry run too.
+
+    Dispatch modes are per thread, so an op in a thread the script starts (transformers
+    loads a checkpoint's tensors in a thread pool) would escape the fake mode: it would
+    read the checkpoint and allocate real device memory. ``threading.setprofile`` runs a
+    function in each thread the threading module starts, before its target; that function
+    enters `modes` there (innermost first) and hands the thread to the previous profile
+    hook. A thread still alive after the dry run keeps the modes."""
+
+    def __init__(self, modes):
+        self._modes = modes
+        self._prev = None
+        self._installed = False
+
+    def install(self) -> None:
+        self._prev = threading.getprofile()
+        threading.setprofile(self._enter)
+        self._installed = True
+
+    def _enter(self, frame, event, arg) -> None:
+        sys.setprofile(self._prev)
+        for mode in self._modes:
+            torch._C._push_on_torch_dispatch_stack(mode)
+
+    def remove(self) -> None:
+        if self._installed:
+            threading.setprofile(self._prev)
+            self._installed = False
 
 
 class StorageResizeTap:

@@ -13,13 +13,9 @@ parent's imported modules copy-on-write, so a rank costs its own tensors and obj
 not a fresh interpreter. The first rank run prints to the terminal; the others to
 DIR/rank<R>.log.
 
-A rank is started only once the one started before it has begun its first forward. Until
-then a rank is loading its model, and loading is what takes a rank's host memory: for a
-sharded checkpoint transformers reads each rank's slices through safetensors (file pages
-and copies, several GiB a rank at 70B), which this package cannot avoid without patching
-those libraries. After the first forward a rank holds a few hundred MiB, so one loading
-rank at a time bounds the job's host memory, at little cost in time on a machine with
-fewer cores than workers' loading would need.
+A rank is started only once the one started before it has begun its first forward, so
+no two ranks load their model at once: loading is the phase in which a rank holds the
+most host memory and the most threads (transformers' loader pool).
 """
 
 from __future__ import annotations
