@@ -148,6 +148,68 @@ def test_header_only_checkpoint_loads_without_data(tmp_path):
     assert r.report.data["memory"][0]["peak_allocated"] >= total
 
 
+
+def _config_only_dir(path):
+    """A model directory with config.json (and a tokenizer file) and no weights; its parameter count."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4, vocab_size=1000,
+        dtype="bfloat16", architectures=["LlamaForCausalLM"],
+    )
+    config.save_pretrained(path)
+    (path / "tokenizer_config.json").write_text("{}")
+    with torch.device("meta"):
+        return sum(p.numel() for p in LlamaForCausalLM(config).parameters())
+
+
+def test_stand_ins_replace_only_config_only_directories(tmp_path):
+    from torch_neuronx.readiness._checkpoint import _stand_ins
+
+    cfg, weights = tmp_path / "cfg", tmp_path / "weights"
+    _config_only_dir(cfg)
+    _config_only_dir(weights)
+    (weights / "model.safetensors").write_bytes(b"")
+    cmd = ["python", "train.py", str(cfg), f"--model_name_or_path={cfg}", "--other", str(weights), "--x=1"]
+    out, absent = _stand_ins(cmd, str(tmp_path / "stand-ins"))
+    stand_in = str(tmp_path / "stand-ins" / "weights-0")
+    assert out == ["python", "train.py", stand_in, f"--model_name_or_path={stand_in}", "--other", str(weights), "--x=1"]
+    assert [(a["path"], a["class"], a["dtype"], a["dtype_from_config"]) for a in absent] == [
+        (str(cfg), "LlamaForCausalLM", "bfloat16", True)
+    ]
+    assert sorted(os.listdir(cfg)) == ["config.json", "tokenizer_config.json"]  # the user's directory is untouched
+    assert os.path.realpath(os.path.join(stand_in, "tokenizer_config.json")) == str(cfg / "tokenizer_config.json")
+
+
+@pytest.mark.slow
+def test_check_dry_run_loads_a_directory_without_weights(tmp_path, capsys):
+    from torch_neuronx.readiness import _cli
+
+    n = _config_only_dir(tmp_path / "model")
+    script = tmp_path / "load.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import sys, torch
+            from transformers import AutoModelForCausalLM
+            model = AutoModelForCausalLM.from_pretrained(sys.argv[1]).to("neuron")
+            model(torch.ones(1, 16, dtype=torch.long, device="neuron"))
+            """
+        )
+    )
+    out = tmp_path / "rep"
+    job = ["--", sys.executable, str(script), str(tmp_path / "model")]
+    assert _cli.main(["--dry-run", "--out", str(out)] + job) == 0
+    rep = json.loads((out / "report.json").read_text())
+    (absent,) = rep["dry_run"]["absent_weights"]
+    assert absent["path"] == str(tmp_path / "model") and absent["bytes"] == 2 * n
+    assert rep["memory"][0]["peak_allocated"] >= 2 * n
+    assert "weights absent   " in capsys.readouterr().out
+    assert "Weights absent" in (out / "report.md").read_text()
+    # A real run needs the weights: transformers' own error, as without the simulator.
+    assert _cli.main(["--out", str(tmp_path / "real")] + job) != 0
+
+
 WORKER = textwrap.dedent(
     """
     import os, torch, torch.distributed as dist

@@ -26,8 +26,13 @@ def header_only_checkpoint(config, path: str, dtype=None, shard_bytes: int = 5 <
     os.makedirs(path, exist_ok=True)
     config.architectures = [type(model).__name__]  # as save_pretrained of the model records it
     config.save_pretrained(path)
+    return _write_headers(model.state_dict(), path, shard_bytes)
+
+
+def _write_headers(state: dict, path: str, shard_bytes: int = 5 << 30) -> int:
+    """Sharded safetensors files of ``state``'s names, dtypes and shapes, data regions holes."""
     shards, current, size = [], {}, 0
-    for name, t in model.state_dict().items():
+    for name, t in state.items():
         nbytes = t.numel() * t.element_size()
         if current and size + nbytes > shard_bytes:
             shards.append(current)
@@ -57,3 +62,66 @@ def header_only_checkpoint(config, path: str, dtype=None, shard_bytes: int = 5 <
     with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f)
     return total
+
+
+# What transformers and the other loaders read weights from; a directory with any of these has weights.
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".index.json")
+
+
+def _config_only(path: str) -> bool:
+    """A directory with a transformers ``config.json`` (it names a ``model_type``) and no weight file."""
+    cfg = os.path.join(path, "config.json")
+    if not os.path.isdir(path) or not os.path.isfile(cfg):
+        return False
+    if any(name.endswith(_WEIGHT_SUFFIXES) for name in os.listdir(path)):
+        return False
+    try:
+        with open(cfg) as f:
+            return "model_type" in json.load(f)
+    except (OSError, ValueError):
+        return False
+
+
+def _stand_in(path: str, dest: str) -> dict:
+    """A directory at ``dest`` that is ``path`` (every entry linked, nothing copied) plus
+    header-only weights for its config: what ``from_pretrained(dest)`` loads in a dry run."""
+    import torch
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(path)
+    # The model class save_pretrained recorded; a config without one is a causal LM's, as
+    # header_only_checkpoint writes it.
+    arch = next(iter(getattr(config, "architectures", None) or []), None)
+    cls = getattr(transformers, arch, None) if arch else None
+    named = isinstance(getattr(config, "dtype", None), torch.dtype)
+    dtype = config.dtype if named else torch.float32  # save_pretrained's dtype when a config names none
+    with torch.device("meta"):
+        model = cls(config) if cls is not None else transformers.AutoModelForCausalLM.from_config(config)
+    os.makedirs(dest)
+    for name in os.listdir(path):
+        os.symlink(os.path.abspath(os.path.join(path, name)), os.path.join(dest, name))
+    nbytes = _write_headers(model.to(dtype).state_dict(), dest)
+    return {
+        "path": path,
+        "class": type(model).__name__,
+        "dtype": str(dtype).removeprefix("torch."),
+        "dtype_from_config": named,
+        "bytes": nbytes,
+    }
+
+
+def _stand_ins(cmd: list, root: str) -> tuple[list, list]:
+    """``cmd`` with each argument (``DIR`` or ``--option=DIR``) that names a config-only
+    directory replaced by a stand-in under ``root``, and what was replaced. A dry run needs
+    no weights, but transformers refuses a directory without them before any tensor exists."""
+    out, absent, made = [cmd[0]], [], {}
+    for arg in cmd[1:]:
+        head, sep, value = arg.partition("=") if arg.startswith("-") else ("", "", arg)
+        if value and _config_only(value):
+            key = os.path.realpath(value)
+            if key not in made:
+                made[key] = os.path.join(root, f"weights-{len(made)}")
+                absent.append(_stand_in(value, made[key]))
+            arg = head + sep + made[key]
+        out.append(arg)
+    return out, absent

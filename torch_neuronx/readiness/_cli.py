@@ -159,7 +159,12 @@ def main(argv: list[str]) -> int:
     if opts.lnc:
         env["NEURON_LOGICAL_NC_CONFIG"] = str(opts.lnc)
     with tempfile.TemporaryDirectory(prefix="neuron-readiness-") as raw_dir:
-        child = _child_command(cmd, raw_dir, opts.dry_run, opts.workers, opts.ranks)
+        absent = []
+        if opts.dry_run:
+            from ._checkpoint import _stand_ins
+
+            cmd_run, absent = _stand_ins(cmd, os.path.join(raw_dir, "weights"))
+        child = _child_command(cmd_run if opts.dry_run else cmd, raw_dir, opts.dry_run, opts.workers, opts.ranks)
         rc = subprocess.call(child, env=env)
         raws = []
         for path in sorted(glob.glob(os.path.join(raw_dir, "rank*.json"))):
@@ -173,7 +178,9 @@ def main(argv: list[str]) -> int:
         return rc or 1
     from ._report import Report
 
-    report = Report(raws, instance=inst.name, lnc=opts.lnc, capacity=opts.capacity, command=shlex.join(cmd))
+    report = Report(
+        raws, instance=inst.name, lnc=opts.lnc, capacity=opts.capacity, command=shlex.join(cmd), absent_weights=absent
+    )
     paths = report.save(opts.out)
     print(report.summary())
     print(f"  report           {paths['report.html']} (also report.md, report.json)")

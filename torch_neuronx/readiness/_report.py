@@ -52,6 +52,7 @@ class Report:
         lnc: int | None = None,
         capacity: int | None = None,
         command: str | None = None,
+        absent_weights: list | None = None,
     ):
         raws = sorted(raws, key=lambda r: r["rank"])
         if not raws:
@@ -83,6 +84,8 @@ class Report:
         d["memory"] = _memory(raws, cap)
         d["memory_per_rank"] = _memory_per_rank(raws)
         d["dry_run"] = _merge_dry_run(raws)
+        if d["dry_run"] is not None:
+            d["dry_run"]["absent_weights"] = list(absent_weights or [])
         d["fit"] = _fit(d["memory"], cap)
         d["collectives"] = _collectives(raws)
         prec = raws[0].get("fp32_precision", "highest")
@@ -131,6 +134,7 @@ class Report:
         if d["dry_run"]:
             n = sum(v["count"] for v in d["dry_run"]["value_reads"])
             lines.append(f"  dry run          no data; {n} value read(s) got placeholders (listed in the report)")
+            lines += [f"  weights absent   {_absent_text(a)}" for a in d["dry_run"]["absent_weights"]]
         for e in d["estimates"]:
             lines.append(f"  est. {_est_label(e):<34} {_est_line(e)}")
             lines += [f"       {label:<34} {text}" for label, text in _phase_lines(e)]
@@ -303,6 +307,10 @@ def _dry_run(d) -> list:
         "real shape, dtype and device and no memory behind it; the device allocator counted every "
         "storage as a real run allocates it. What it cannot know:\n\n" + "\n".join(f"- {c}" for c in CANNOT_KNOW)
     )
+    absent = dr.get("absent_weights") or []
+    if absent:
+        text += "\n\nWeights absent (the run loaded headers built from the config, as the real weights would load):\n\n"
+        text += "\n".join(f"- {_absent_text(a)}" for a in absent)
     out = [("Dry run", text, None, None)]
     rows = [[v["site"], v["kind"], v["placeholder"], v["count"]] for v in dr["value_reads"]]
     rows += [[a["site"], f"{a['check']} check", a["value"], a["count"]] for a in dr["assumed"]]
@@ -318,6 +326,13 @@ def _dry_run(d) -> list:
         )
     )
     return out
+
+
+def _absent_text(a: dict) -> str:
+    return (
+        f"{a['path']}: config.json and no weight files; loaded as {a['class']} with {a['dtype']} weights "
+        f"({_fmt_bytes(a['bytes'])}; {'dtype from the config' if a['dtype_from_config'] else 'the config names no dtype'})"
+    )
 
 
 def _fallbacks(d) -> list:
