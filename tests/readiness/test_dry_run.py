@@ -148,14 +148,18 @@ def test_header_only_checkpoint_loads_without_data(tmp_path):
     assert r.report.data["memory"][0]["peak_allocated"] >= total
 
 
-
 def _config_only_dir(path):
     """A model directory with config.json (and a tokenizer file) and no weights; its parameter count."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4, vocab_size=1000,
-        dtype="bfloat16", architectures=["LlamaForCausalLM"],
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        vocab_size=1000,
+        dtype="bfloat16",
+        architectures=["LlamaForCausalLM"],
     )
     config.save_pretrained(path)
     (path / "tokenizer_config.json").write_text("{}")
