@@ -20,3 +20,15 @@ def test_dtensor_random_ops_and_fsdp2_init(nproc):
     p = subprocess.run(cmd, env=worker_env(), capture_output=True, text=True, timeout=300)
     out = p.stdout + p.stderr
     assert p.returncode == 0 and "DTENSOR RNG OK" in p.stdout, out[-6000:]
+
+
+@pytest.mark.multiprocess
+def test_spawned_ranks_are_bound_by_device_mesh_and_user_generators_agree():
+    # PyTorch's DTensor tests spawn their ranks without torchrun and bind a device only for
+    # NCCL; DeviceMesh binds the rest, provided joining the group left the device alone.
+    from torch.testing._internal.common_utils import find_free_port
+
+    worker = Path(__file__).parent / "workers" / "spawned_mesh_worker.py"
+    cmd = [sys.executable, str(worker), "4", str(find_free_port())]
+    p = subprocess.run(cmd, env=worker_env(), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "SPAWNED MESH OK" in p.stdout, (p.stdout + p.stderr)[-6000:]

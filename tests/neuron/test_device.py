@@ -142,6 +142,16 @@ def test_init_and_is_initialized():
     assert r.stdout.split() == ["False", "False", "True"]
 
 
+def test_set_device_initialises_as_on_cuda():
+    # DeviceMesh binds a rank to a device only while the device is uninitialised, and a
+    # device-less "neuron" means the current device only once it is initialised.
+    r = run_python(
+        "import torch; a = torch.neuron.is_initialized(); torch.neuron.set_device(1);"
+        " print(a, torch.neuron.is_initialized(), torch.neuron.current_device())"
+    )
+    assert r.stdout.split() == ["False", "True", "1"], r.stderr
+
+
 def test_misc_properties():
     assert torch.neuron.is_bf16_supported()
     assert torch.bfloat16 in torch.neuron.get_amp_supported_dtype()

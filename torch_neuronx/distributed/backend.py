@@ -53,11 +53,9 @@ def _create_backend(opts, backend_options=None):
 
     from ..readiness import _dryrun, _fake
 
-    # Joining a neuron group initialises this process's device (as NCCL does
-    # for CUDA). Device-less "neuron" indices resolve to the current device only
-    # once the runtime is initialised: FakeTensor (DTensor's sharding
-    # propagation) maps "neuron" to neuron:0 before that, and caches it.
-    torch.neuron.init()
+    # Joining a group does not initialise the device, as with NCCL for CUDA: DeviceMesh
+    # then binds a rank that never chose its device (LOCAL_RANK, else rank % devices)
+    # through torch.neuron.set_device, which initialises it.
     if _dryrun.active() is not None:
         return _fake.fake_process_group(opts)
     timeout = opts.timeout
