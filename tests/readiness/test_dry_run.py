@@ -185,6 +185,17 @@ def test_stand_ins_replace_only_config_only_directories(tmp_path):
     assert os.path.realpath(os.path.join(stand_in, "tokenizer_config.json")) == str(cfg / "tokenizer_config.json")
 
 
+def test_in_process_a_directory_without_weights_gets_transformers_error_and_the_way_out(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    _config_only_dir(tmp_path)
+    with pytest.raises(OSError, match="no file named") as info:
+        with torch_neuronx.readiness(dry_run=True) as r:
+            AutoModelForCausalLM.from_pretrained(str(tmp_path))
+    assert any("header_only_checkpoint" in n and "check --dry-run" in n for n in info.value.__notes__)
+    assert "header_only_checkpoint" in r.report.data["errors"][0]
+
+
 @pytest.mark.slow
 def test_check_dry_run_loads_a_directory_without_weights(tmp_path, capsys):
     from torch_neuronx.readiness import _cli

@@ -125,3 +125,18 @@ def _stand_ins(cmd: list, root: str) -> tuple[list, list]:
             arg = head + sep + made[key]
         out.append(arg)
     return out, absent
+
+
+_NO_WEIGHTS_HINT = (
+    "A dry run needs no weights: run the script under `torch-neuronx check --dry-run` with the "
+    "directory as an argument of its command (check loads header-only weights in its place), or "
+    "write them first with torch_neuronx.readiness.header_only_checkpoint(config, path)."
+)
+
+
+def _note_missing_weights(exc: BaseException) -> None:
+    """Add the dry run's way out to transformers' error for a directory without weights."""
+    if isinstance(exc, OSError) and str(exc).startswith("Error no file named") and _NO_WEIGHTS_HINT not in getattr(
+        exc, "__notes__", ()
+    ):
+        exc.add_note(_NO_WEIGHTS_HINT)

@@ -59,7 +59,11 @@ def main(argv: list[str]) -> int:
         if rc:
             collector.error = f"SystemExit: {e.code}"
     except BaseException as e:  # the report says how the script ended
-        collector.error = f"{type(e).__name__}: {e}"
+        if dry_run:
+            from ._checkpoint import _note_missing_weights
+
+            _note_missing_weights(e)
+        collector.error = "\n".join([f"{type(e).__name__}: {e}"] + getattr(e, "__notes__", []))
         traceback.print_exc()
         rc = 1
     finally:
