@@ -136,7 +136,9 @@ _NO_WEIGHTS_HINT = (
 
 def _note_missing_weights(exc: BaseException) -> None:
     """Add the dry run's way out to transformers' error for a directory without weights."""
-    if isinstance(exc, OSError) and str(exc).startswith("Error no file named") and _NO_WEIGHTS_HINT not in getattr(
-        exc, "__notes__", ()
+    if (
+        isinstance(exc, OSError)
+        and str(exc).startswith("Error no file named")
+        and _NO_WEIGHTS_HINT not in getattr(exc, "__notes__", ())
     ):
         exc.add_note(_NO_WEIGHTS_HINT)
