@@ -159,12 +159,12 @@ def main(argv: list[str]) -> int:
     if opts.lnc:
         env["NEURON_LOGICAL_NC_CONFIG"] = str(opts.lnc)
     with tempfile.TemporaryDirectory(prefix="neuron-readiness-") as raw_dir:
-        absent = []
-        if opts.dry_run:
+        run, absent = cmd, []
+        if opts.dry_run:  # a real run needs the weights: transformers' own error, as without check
             from ._checkpoint import _stand_ins
 
-            cmd_run, absent = _stand_ins(cmd, os.path.join(raw_dir, "weights"))
-        child = _child_command(cmd_run if opts.dry_run else cmd, raw_dir, opts.dry_run, opts.workers, opts.ranks)
+            run, absent = _stand_ins(cmd, os.path.join(raw_dir, "weights"))
+        child = _child_command(run, raw_dir, opts.dry_run, opts.workers, opts.ranks)
         rc = subprocess.call(child, env=env)
         raws = []
         for path in sorted(glob.glob(os.path.join(raw_dir, "rank*.json"))):

@@ -309,7 +309,7 @@ def _dry_run(d) -> list:
     )
     absent = dr.get("absent_weights") or []
     if absent:
-        text += "\n\nWeights absent (the run loaded headers built from the config, as the real weights would load):\n\n"
+        text += "\n\nWeights absent (the run loaded header-only weights built from the config in their place):\n\n"
         text += "\n".join(f"- {_absent_text(a)}" for a in absent)
     out = [("Dry run", text, None, None)]
     rows = [[v["site"], v["kind"], v["placeholder"], v["count"]] for v in dr["value_reads"]]
