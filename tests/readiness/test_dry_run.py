@@ -323,6 +323,21 @@ def test_threads_the_script_starts_run_dry_too():
     assert torch.neuron.memory_allocated() == before
 
 
+def test_a_thread_that_outlives_the_dry_run_runs_for_real_after_it():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    pool = ThreadPoolExecutor(max_workers=1)  # its worker starts at the first submit
+    try:
+        with torch_neuronx.readiness(dry_run=True):
+            assert isinstance(pool.submit(torch.ones, 2, device="neuron").result(), FakeTensor)
+        after = pool.submit(lambda: torch.ones(2, device="neuron") + 1).result()
+        assert not isinstance(after, FakeTensor) and after.cpu().tolist() == [2.0, 2.0]
+    finally:
+        pool.shutdown()
+
+
 def test_dtensor_caches_its_sharding_propagation_as_in_eager():
     # The dry run's fake mode would make DTensor think it is tracing and skip its cache.
     import torch.distributed as dist

@@ -145,6 +145,11 @@ class _Mode(torch.utils._python_dispatch.TorchDispatchMode):
         return True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.dry._mode is not self:
+            # A thread the script started during the run and that outlived it (a pool's worker)
+            # still has the run's modes: its ops run for real, as in any other thread now.
+            with torch.utils._python_dispatch._disable_current_modes():
+                return func(*args, **(kwargs or {}))
         # One op at a time: a fake mode holds per-call state that threads must not share.
         with self.dry._lock:
             return self._dispatch(func, args, kwargs or {})

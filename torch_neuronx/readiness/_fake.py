@@ -313,7 +313,8 @@ class ThreadTap:
     read the checkpoint and allocate real device memory. ``threading.setprofile`` runs a
     function in each thread the threading module starts, before its target; that function
     enters `modes` there (innermost first) and hands the thread to the previous profile
-    hook. A thread still alive after the dry run keeps the modes."""
+    hook. A thread still alive after the dry run keeps the modes, and the dry run's mode
+    then runs its ops for real."""
 
     def __init__(self, modes):
         self._modes = modes
