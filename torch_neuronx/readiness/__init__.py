@@ -89,11 +89,7 @@ class Readiness:
         if self._dry is not None:
             self._dry.stop()
         if exc is not None:
-            if self._dry is not None:
-                from ._checkpoint import _note_missing_weights
-
-                _note_missing_weights(exc)
-            c.error = "\n".join([f"{exc_type.__name__}: {exc}"] + getattr(exc, "__notes__", []))
+            c.failed(exc)
         self._raw = c.raw()  # while RANK and WORLD_SIZE are still the block's
         if self._as_rank is not None:
             self._as_rank.__exit__(exc_type, exc, tb)

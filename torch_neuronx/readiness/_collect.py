@@ -391,6 +391,15 @@ class Collector:
         self._dynamo0 = None
         self.error = None
 
+    def failed(self, exc: BaseException) -> None:
+        """Record the exception the run ended with, and its notes; in a dry run, transformers'
+        error for a directory without weights first gets the dry run's way out as a note."""
+        if self.dry is not None:
+            from ._checkpoint import _note_missing_weights
+
+            _note_missing_weights(exc)
+        self.error = "\n".join([f"{type(exc).__name__}: {exc}"] + getattr(exc, "__notes__", []))
+
     # -- lifecycle -------------------------------------------------------------
     def start(self) -> None:
         import torch.utils.flop_counter  # noqa: F401  (slow first import: not inside the first op)

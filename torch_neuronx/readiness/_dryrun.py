@@ -155,6 +155,8 @@ class _Mode(torch.utils._python_dispatch.TorchDispatchMode):
             return self._dispatch(func, args, kwargs or {})
 
     def _dispatch(self, func, args, kwargs):
+        # Runs under the run's lock: the DryRun methods called only from here (_after_op,
+        # _read_value) do not take it again.
         if func is _PRIM_DEVICE:  # a fake tensor's device, asked from C++: the fake mode answers
             return func(*args)
         if func is _aten._local_scalar_dense.default:
@@ -195,7 +197,8 @@ class _Mode(torch.utils._python_dispatch.TorchDispatchMode):
 
 
 def _locked(method):
-    """A DryRun method under the run's lock: threads the script starts record here too."""
+    """A DryRun method under the run's lock, for those called outside the mode's dispatch
+    (from the fake mode, storage finalizers and resizes, in any thread)."""
 
     @functools.wraps(method)
     def run(self, *args, **kwargs):
@@ -292,7 +295,6 @@ class DryRun:
                 name = func.name()
             self._account(key, st, st.nbytes(), t, name)
 
-    @_locked
     def _after_op(self, func, args, out) -> None:
         outs = out if isinstance(out, (list, tuple)) else (out,)
         tensors = [t for t in outs if isinstance(t, torch.Tensor)]
@@ -426,7 +428,6 @@ class DryRun:
         return self._snap.get(core)
 
     # -- values ------------------------------------------------------------------
-    @_locked
     def _read_value(self, t: torch.Tensor):
         f = _user_frame()
         known = self._known_value(t)

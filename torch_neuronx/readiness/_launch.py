@@ -59,11 +59,7 @@ def main(argv: list[str]) -> int:
         if rc:
             collector.error = f"SystemExit: {e.code}"
     except BaseException as e:  # the report says how the script ended
-        if dry_run:
-            from ._checkpoint import _note_missing_weights
-
-            _note_missing_weights(e)
-        collector.error = "\n".join([f"{type(e).__name__}: {e}"] + getattr(e, "__notes__", []))
+        collector.failed(e)
         traceback.print_exc()
         rc = 1
     finally:
