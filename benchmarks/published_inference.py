@@ -7,12 +7,14 @@
 AWS publishes (NxD Inference + vLLM, trn2.48xlarge, TP=64 at LNC=2, BF16, batch 1, 10,000 input /
 1,500 output tokens) a time to first token of 2,442 ms and a time per output token of 37.9 ms for
 Llama-3.1-405B. This script writes the public Llama-3.1-405B config and a header-only checkpoint,
-then runs ``from_pretrained(..., DistributedConfig(tp_plan="auto"))`` and ``generate`` at real size
-in a dry run under ``torch_neuronx.readiness`` on trn2.48xlarge: batch 1, a 10,000-token prompt,
-a static KV cache (as NxD Inference keeps one), eager decode (``disable_compile``: module hooks
-delimit forwards), a few output tokens (enough for a median decode step).
+then runs ``from_pretrained(..., DistributedConfig(tp_plan=...))`` and ``generate`` at real size
+in a dry run under ``torch_neuronx.readiness`` on trn2.48xlarge: batch 1, the prompt padded to
+its bucket (below), a static KV cache (as NxD Inference keeps one), eager decode
+(``disable_compile``: module hooks delimit forwards), a few output tokens (enough for a median
+decode step).
 
-Two choices, both as NxD Inference runs the model:
+Four choices, all as NxD Inference runs the model in AWS's command (the Llama-3.1-405B tutorial:
+``--sequence-parallel-enabled``, ``--context-encoding-buckets 2048 4096 10240 12288``):
 
 - One rank of the world of 64 is recorded (rank 0, PyTorch's fake process group through the
   ``neuron`` backend): under tensor parallelism every rank runs the same ops on shards of the same
@@ -20,6 +22,12 @@ Two choices, both as NxD Inference runs the model:
 - The 8 KV heads are replicated to the TP degree (8 copies each: 64 KV heads, one per rank), NxD
   Inference's GQA sharding when TP exceeds the KV heads; transformers' colwise plan cannot split 8
   heads over 64 ranks otherwise. Each rank holds and reads exactly one KV head, as on the device.
+- The prompt is 10,240 tokens: NxD Inference pads the 10,000-token prompt to its 10,240-token
+  context-encoding bucket, and its prefill computes over the whole bucket.
+- The prefill runs sequence-parallel (``_sequence_parallel.PLAN`` added to Llama's plan): RMSNorms
+  and residual adds on each rank's 160 rows, an all-gather before attention and the MLP and a
+  reduce-scatter after them in place of the all-reduce. Decoding runs without it, as NxD Inference's
+  token generation does.
 
 ``ROWS`` is a list of functions each returning one row (figure, configuration, aws, estimate,
 unit, ratio, mfu); they share one recording.
@@ -37,13 +45,16 @@ import tempfile
 import time
 
 import _llama  # this directory is the script's: on sys.path
+import _sequence_parallel
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INSTANCE, LNC, TP = "trn2.48xlarge", 2, 64
-PROMPT, NEW_TOKENS = 10_000, 4  # 3 decode steps after the prefill: a median of 3
+BUCKET = 10_240  # NxD Inference's context-encoding bucket for the 10,000-token prompt
+NEW_TOKENS = 4  # 3 decode steps after the prefill: a median of 3
 CONFIGURATION = (
     "trn2.48xlarge, TP=64 at LNC=2, BF16, batch 1, 10,000-token prompt (AWS: NxD Inference + vLLM, "
-    "1,500 output tokens; estimate: transformers generate, static KV cache, rank 0 of 64 in a dry run)"
+    "1,500 output tokens; estimate: transformers generate of the prompt padded to NxD Inference's "
+    "10,240-token bucket, sequence-parallel prefill, static KV cache, rank 0 of 64 in a dry run)"
 )
 
 # Public config of meta-llama/Llama-3.1-405B (config.json), KV heads replicated to TP=64 (see above).
@@ -75,10 +86,11 @@ def _record(out: str, layers: int | None) -> None:
         r = torch_neuronx.readiness(dry_run=True, instance=INSTANCE, lnc=LNC)
         with r:
             dist.init_process_group("neuron", store=FakeStore(), rank=0, world_size=TP)
+            _sequence_parallel.register()
             model = AutoModelForCausalLM.from_pretrained(
-                path, distributed_config=DistributedConfig(tp_plan="auto"), dtype=torch.bfloat16
+                path, distributed_config=DistributedConfig(tp_plan=_sequence_parallel.PLAN), dtype=torch.bfloat16
             ).eval()
-            ids = torch.ones(1, PROMPT, dtype=torch.long, device="neuron")
+            ids = torch.ones(1, BUCKET, dtype=torch.long, device="neuron")
             with torch.no_grad():
                 model.generate(
                     ids,

@@ -268,6 +268,17 @@ COLLECTIVE_STEP_LATENCY_S = 10e-6
 TENSOR_ENGINE_RAMP_S = 3e-6
 TENSOR_ENGINE_RAMP_START = 0.5
 
+# NeuronLink figures per chip count both directions: AWS states its chip-to-chip link figures as
+# the sum over a chip's links of both directions (the Trn3 architecture page says so outright:
+# "four PCIe Gen6 x8 links ... a total of 256 GB/s of bidirectional bandwidth"; PCIe Gen6 x8 is 32
+# GB/s each way). A ring sends one way on each link it uses ("multiple cycles with mutually
+# exclusive wires in parallel", Intra-node Collective Communications), so what a rank can send is
+# half its share of the chip's figure. A check against AWS's nccom-test guide, whose hardware is
+# not stated (its 16-rank all-reduce sweep picks KangaRing, a Trainium2 algorithm): at 32 MiB and
+# 512 MiB it took 2.75 and 9.69 ms. With half the figure (128 GB/s per rank on trn2 at LNC=2) that
+# leaves about 2 ms of latency at both sizes (2.3 and 1.8 ms); with the whole figure, 2.5 and 5.8.
+NEURONLINK_SEND_SHARE = 0.5
+
 # Collectives inside one Trainium2/3 instance ("Intra-node Collective Communications with AWS
 # Neuron", Neuron runtime documentation, 2025-12): the runtime picks by message size Mesh below
 # 1 MB (O(1): a reduce-scatter and an all-gather of two steps each, data routed straight to every

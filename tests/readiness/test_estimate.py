@@ -92,8 +92,9 @@ def test_default_target_trn2_then_trn3_only():
 def test_missing_figure_is_a_value_error_naming_it_and_trn1n_has_its_own_neuronlink(monkeypatch):
     gib = 1 << 30
     # the instance picks the NeuronLink bandwidth (trn1n.32xlarge doubles trn1.32xlarge's)
-    assert _estimate.core_figures("trn1", 1, "trn1.32xlarge")["link_bytes_per_s"] == 384 * gib / 2
-    assert _estimate.core_figures("trn1", 1, "trn1n.32xlarge")["link_bytes_per_s"] == 768 * gib / 2
+    # what a core can send: half its share of the chip's figure, which counts both directions
+    assert _estimate.core_figures("trn1", 1, "trn1.32xlarge")["link_bytes_per_s"] == 384 * gib / 2 / 2
+    assert _estimate.core_figures("trn1", 1, "trn1n.32xlarge")["link_bytes_per_s"] == 768 * gib / 2 / 2
     fig = _estimate.core_figures("trn1", 1)
     # the core's 16 DMA engines x 17 B/ns sustained are below its share of 820 GB/s HBM
     assert fig["memory_bytes_per_s"] == 16 * 17e9 and fig["tensor_flops"]["bfloat16"] == 95e12

@@ -36,8 +36,8 @@ ASSUMPTIONS = (
     "Views cost nothing. Ops that would fall back to CPU are timed as if native; their host "
     "round trip is not modelled.",
     "collectives: ring algorithm, 10 us per ring step (calibrated on AWS's published nccom-test "
-    "latencies), each rank's ring bandwidth the chip's NeuronLink bandwidth shared by its "
-    "logical cores.",
+    "latencies), each rank's ring bandwidth its logical core's share of what the chip's NeuronLink "
+    "links carry one way: half the published per-chip figure, which counts both directions.",
     "collectives inside one trn2/trn3 instance: the latency of the algorithm AWS's runtime picks by "
     "size (Mesh below 1 MB: 2 hops per reduce-scatter or all-gather; RDH to 56 MB: 1 + log2(chips) "
     "hops; KangaRing above: half a ring's), 2 us per hop (AWS: about 1-2 us); bandwidth as a ring.",
@@ -107,7 +107,7 @@ def core_figures(chip: str, lnc: int, instance: str | None = None) -> dict:
         "vector_flops": core["vector_flops"],
         "memory_bytes_per_s": min(core["hbm_bytes_per_s"], core["dma_bytes_per_s"]),
         "dma_fixed_s": spec.dma_fixed_s,
-        "link_bytes_per_s": link / (spec.physical_cores // lnc),
+        "link_bytes_per_s": link * hw.NEURONLINK_SEND_SHARE / (spec.physical_cores // lnc),
         "collective_step_latency_s": hw.COLLECTIVE_STEP_LATENCY_S,
         **_intranode_figures(spec, lnc, instance),
         "efa_bytes_per_s": efa,  # per rank, when every rank of the instance talks off the instance at once
