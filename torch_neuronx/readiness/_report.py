@@ -549,7 +549,7 @@ def _breakdown_sections(d, ests) -> list:
     fig = ests[0]["figures"]
     figs = ", ".join(
         f"{e['chip']}: Tensor Engine {e['figures']['tensor_flops']['bfloat16'] / 1e12:.0f} TFLOPS bf16, "
-        f"memory {e['figures']['memory_bytes_per_s'] / 1e9:.0f} GB/s, NeuronLink share "
+        f"memory {e['figures']['memory_bytes_per_s'] / 1e9:.0f} GB/s, NeuronLink one way "
         f"{e['figures']['link_bytes_per_s'] / 1e9:.0f} GB/s per core"
         for e in ests
     )
