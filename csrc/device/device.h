@@ -22,7 +22,8 @@ void check_device_index(int64_t index);
 void lazy_init();
 bool is_initialized();
 bool in_bad_fork();
-// torch.neuron.set_device: the process-wide current device (threads inherit it).
+// torch.neuron.set_device, torch.accelerator.set_device_index: the process-wide current
+// device (threads inherit it); initialises the runtime.
 void set_device_process_wide(c10::DeviceIndex index);
 // The device guard's override for this thread only (index already checked).
 void set_thread_device(c10::DeviceIndex index);

@@ -109,8 +109,13 @@ c10::DeviceIndex current_device() {
   return static_cast<c10::DeviceIndex>(g);
 }
 
+// Choosing a device initialises the runtime, as torch.cuda.set_device and CUDA's
+// torch.accelerator.set_device_index do: DeviceMesh binds a rank to its device only while the
+// runtime is not initialised, and FakeTensor resolves a device-less "neuron" to the current
+// device only once it is.
 void set_device_process_wide(c10::DeviceIndex index) {
   check_device_index(index);
+  lazy_init();
   g_device.store(index);
   tl_device = index;
 }

@@ -86,12 +86,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("_check_device_index", [](int64_t i) { check_device_index(i); });
   m.def("_current_device", [] { return static_cast<int>(current_device()); });
-  // Choosing a device initialises the runtime, as torch.cuda.set_device does: DeviceMesh
-  // binds a rank to its device only while the runtime is not initialised, and FakeTensor
-  // resolves a device-less "neuron" to the current device only once it is.
   m.def("_set_device", [](int64_t i) {
-    check_device_index(i);
-    lazy_init();
+    check_device_index(i);  // before the narrowing to DeviceIndex
     set_device_process_wide(static_cast<c10::DeviceIndex>(i));
   });
   // torch.neuron.device(i): the device guard's exchange, so it changes this

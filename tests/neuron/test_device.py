@@ -152,6 +152,20 @@ def test_set_device_initialises_as_on_cuda():
     assert r.stdout.split() == ["False", "True", "1"], r.stderr
 
 
+def test_accelerator_set_device_index_initialises_as_on_cuda():
+    r = run_python(
+        "import torch; a = torch.neuron.is_initialized(); torch.accelerator.set_device_index(2);"
+        " print(a, torch.neuron.is_initialized(), torch.neuron.current_device())"
+    )
+    assert r.stdout.split() == ["False", "True", "2"], r.stderr
+    # a bad index is refused before anything is initialised
+    r = run_python(
+        "import torch\ntry:\n    torch.accelerator.set_device_index(99)\nexcept IndexError as e:\n"
+        "    print(type(e).__name__, torch.neuron.is_initialized())"
+    )
+    assert r.stdout.split() == ["IndexError", "False"], r.stdout + r.stderr
+
+
 def test_misc_properties():
     assert torch.neuron.is_bf16_supported()
     assert torch.bfloat16 in torch.neuron.get_amp_supported_dtype()
