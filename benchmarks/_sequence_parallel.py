@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 from transformers.distributed.tensor_parallel import ALL_PARALLEL_STYLES, RowwiseParallel, TensorParallelLayer
 
 PLAN = {
@@ -70,11 +71,21 @@ def _reduce_scatter(x: torch.Tensor, group) -> torch.Tensor:
     return _batch_first(out)
 
 
+def _hidden(args: tuple, kwargs: dict) -> torch.Tensor:
+    """The hidden state a module was called with (positionally or as ``hidden_states``)."""
+    return args[0] if args else kwargs["hidden_states"]
+
+
+def _with_hidden(args: tuple, kwargs: dict, x: torch.Tensor) -> tuple:
+    """The call's (args, kwargs) with `x` in place of its hidden state."""
+    return ((x, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": x})
+
+
 class _ScatterSequence(TensorParallelLayer):
     """A decoder layer: a full-length prefill hidden state enters as this rank's rows."""
 
     def transform_inputs_pre_forward(self, module, args, kwargs, mesh):
-        x = args[0] if args else kwargs["hidden_states"]
+        x = _hidden(args, kwargs)
         cos = kwargs["position_embeddings"][0]
         tokens, n = cos.shape[-2], mesh.size()
         if tokens < 2 or x.shape[1] != tokens:  # decoding, or already this rank's rows
@@ -84,19 +95,15 @@ class _ScatterSequence(TensorParallelLayer):
                 f"sequence parallelism over {n} ranks needs a prefill of a multiple of {n} tokens with at "
                 f"least 2 per rank, got {tokens}: pad the prompt (NxD Inference pads to its bucket)"
             )
-        x = x.narrow(1, mesh.get_local_rank() * (tokens // n), tokens // n)
-        return ((x,) + tuple(args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": x})
+        return _with_hidden(args, kwargs, x.narrow(1, mesh.get_local_rank() * (tokens // n), tokens // n))
 
 
 class _GatherSequence(TensorParallelLayer):
     """Attention or the MLP: the rows of every rank, gathered."""
 
     def transform_inputs_pre_forward(self, module, args, kwargs, mesh):
-        x = args[0] if args else kwargs["hidden_states"]
-        if not _split(x):
-            return args, kwargs
-        x = _gather(x, _group(mesh))
-        return ((x,) + tuple(args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": x})
+        x = _hidden(args, kwargs)
+        return _with_hidden(args, kwargs, _gather(x, _group(mesh))) if _split(x) else (args, kwargs)
 
 
 class _RowwiseScatter(RowwiseParallel):
@@ -108,9 +115,9 @@ class _RowwiseScatter(RowwiseParallel):
         return super().install_forward(module, mesh)
 
     def transform_output_post_forward(self, module, output, mesh):
-        if isinstance(output, torch.Tensor) and not isinstance(output, torch.distributed.tensor.DTensor):
-            if _split(output) and not output.requires_grad:
-                return _reduce_scatter(output, _group(mesh))
+        # the local inference path's plain output; DTensor outputs (training) go as in Llama's plan
+        if not isinstance(output, DTensor) and _split(output) and not output.requires_grad:
+            return _reduce_scatter(output, _group(mesh))
         return super().transform_output_post_forward(module, output, mesh)
 
 

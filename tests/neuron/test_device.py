@@ -142,25 +142,18 @@ def test_init_and_is_initialized():
     assert r.stdout.split() == ["False", "False", "True"]
 
 
-def test_set_device_initialises_as_on_cuda():
+@pytest.mark.parametrize("choose", ["torch.neuron.set_device", "torch.accelerator.set_device_index"])
+def test_choosing_a_device_initialises_as_on_cuda(choose):
     # DeviceMesh binds a rank to a device only while the device is uninitialised, and a
     # device-less "neuron" means the current device only once it is initialised.
     r = run_python(
-        "import torch; a = torch.neuron.is_initialized(); torch.neuron.set_device(1);"
-        " print(a, torch.neuron.is_initialized(), torch.neuron.current_device())"
-    )
-    assert r.stdout.split() == ["False", "True", "1"], r.stderr
-
-
-def test_accelerator_set_device_index_initialises_as_on_cuda():
-    r = run_python(
-        "import torch; a = torch.neuron.is_initialized(); torch.accelerator.set_device_index(2);"
+        f"import torch; a = torch.neuron.is_initialized(); {choose}(2);"
         " print(a, torch.neuron.is_initialized(), torch.neuron.current_device())"
     )
     assert r.stdout.split() == ["False", "True", "2"], r.stderr
     # a bad index is refused before anything is initialised
     r = run_python(
-        "import torch\ntry:\n    torch.accelerator.set_device_index(99)\nexcept IndexError as e:\n"
+        f"import torch\ntry:\n    {choose}(99)\nexcept IndexError as e:\n"
         "    print(type(e).__name__, torch.neuron.is_initialized())"
     )
     assert r.stdout.split() == ["IndexError", "False"], r.stdout + r.stderr
