@@ -38,24 +38,6 @@ import published_inference  # this directory is the script's: on sys.path
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-# only the fields of a recording that the estimate reads (a saved recording stays small)
-_KEEP = (
-    "rank",
-    "world_size",
-    "instance_type",
-    "lnc",
-    "steps",
-    "fp32_precision",
-    "ops",
-    "collectives",
-    "graphs",
-    "graph_parts",
-)
-
-
-def _trim(raw: dict) -> dict:
-    return {k: raw[k] for k in _KEEP if k in raw}
-
 
 def _row(figure, configuration, aws, estimate, unit, flops_per_step, aws_step_seconds, cores) -> dict:
     from neuronsim import hardware as hw
@@ -82,13 +64,14 @@ def record_bert() -> list:
     the forward and backward compiled with backend "neuron": a first optimizer step of two
     micro-batches (it compiles and builds AdamW's state), then one whose first micro-batch,
     second (accumulating) micro-batch, and gradient all-reduce with AdamW step are recorded
-    apart (a marker optimizer step closes each), for `bert_row` to compose the 32 micro-batch
-    step from."""
+    apart (each in its own region of the recording), for `bert_row` to compose the 32
+    micro-batch step from."""
     import torch
     import torch.distributed as dist
     from transformers import BertConfig, BertForPreTraining
 
     import torch_neuronx
+    from torch_neuronx.readiness import region
 
     c = BERT
     with torch_neuronx.readiness(dry_run=True, instance="trn1.32xlarge") as r:
@@ -105,23 +88,21 @@ def record_bert() -> list:
         # AWS's run is compiled whole by XLA and neuronx-cc: the forward and backward are
         # compiled graphs here too, so the estimate gives them the compiled-graph fusion
         step = torch.compile(model, backend="neuron")
-        marker = torch.nn.Parameter(torch.zeros(1, device="neuron"))
-        mark = torch.optim.SGD([marker], lr=0.0)
         for warm in (True, False):
-            for _ in range(2):
-                ids = torch.randint(0, c["vocab"], (c["micro_batch"], c["seq"]), device="neuron")
-                nsp = torch.zeros(c["micro_batch"], dtype=torch.long, device="neuron")
-                kwargs = dict(token_type_ids=torch.zeros_like(ids), attention_mask=torch.ones_like(ids))
-                with torch.autocast("neuron", dtype=torch.bfloat16):
-                    out = step(input_ids=ids, labels=ids, next_sentence_label=nsp, **kwargs)
-                (out.loss / c["accumulation"]).backward()
-                if not warm:
-                    mark.step()
-            _all_reduce_buckets([p.grad for p in reversed(list(model.parameters())) if p.grad is not None])
-            opt.step()
+            for name in ("first micro-batch", "accumulating micro-batch"):
+                with region(name if not warm else "warm-up"):
+                    ids = torch.randint(0, c["vocab"], (c["micro_batch"], c["seq"]), device="neuron")
+                    nsp = torch.zeros(c["micro_batch"], dtype=torch.long, device="neuron")
+                    kwargs = dict(token_type_ids=torch.zeros_like(ids), attention_mask=torch.ones_like(ids))
+                    with torch.autocast("neuron", dtype=torch.bfloat16):
+                        out = step(input_ids=ids, labels=ids, next_sentence_label=nsp, **kwargs)
+                    (out.loss / c["accumulation"]).backward()
+            with region("all-reduce and optimizer step" if not warm else "warm-up"):
+                _all_reduce_buckets([p.grad for p in reversed(list(model.parameters())) if p.grad is not None])
+                opt.step()
             opt.zero_grad()
         dist.destroy_process_group()
-    return [_trim(r.raw())]
+    return [r.recording.for_estimate()]
 
 
 def _all_reduce_buckets(grads: list) -> None:
@@ -148,26 +129,22 @@ def _all_reduce_buckets(grads: list) -> None:
         flush()
 
 
-def _bucket(raw: dict, fig: dict, i: int) -> tuple:
-    """(estimated seconds, matmul FLOPs) of bucket `i` of a recording (what ran between two
-    optimizer steps)."""
-    from torch_neuronx.readiness import _estimate
-
-    prec = raw.get("fp32_precision", "highest")
-    parts = raw.get("graph_parts", {})
-    terms, _, flops = _estimate._breakdown([_estimate.step_buckets(raw)[i]], parts, fig, prec)
-    return sum(terms.values()), sum(flops.values())
+def _region(model, rec, name: str) -> tuple:
+    """(estimated seconds, matmul FLOPs) of the region `name` of a recording."""
+    est = model.bucket(rec, rec.region(name))
+    return est["seconds"], sum(est["tensor_flops"].values())
 
 
-def bert_row(raws: list) -> dict:
+def bert_row(recs: list) -> dict:
     """BERT-Large phase 1 row from its recording: the optimizer step is the first micro-batch,
     31 accumulating ones like the recorded second, and the all-reduce with AdamW."""
-    from torch_neuronx.readiness import _estimate
+    from torch_neuronx.readiness import TimeModel
 
     c = BERT
-    raw = raws[0]
-    fig = _estimate.core_figures("trn1", 1, "trn1.32xlarge")
-    (t1, f1), (t2, f2), (t3, f3) = (_bucket(raw, fig, i) for i in (1, 2, 3))
+    rec = recs[0]
+    model = TimeModel("trn1", 1, "trn1.32xlarge", rec.fp32_precision)
+    regions = ("first micro-batch", "accumulating micro-batch", "all-reduce and optimizer step")
+    (t1, f1), (t2, f2), (t3, f3) = (_region(model, rec, name) for name in regions)
     n = c["accumulation"]
     seconds, flops = t1 + (n - 1) * t2 + t3, f1 + (n - 1) * f2 + f3
     seqs = c["ranks"] * c["micro_batch"] * n
@@ -201,14 +178,15 @@ _STAGE_KINDS = (0, 1, LLAMA_RUN["pp"] - 1)  # the first, a middle and the last s
 def record_llama_stage(index: int) -> dict:
     """Tensor-parallel rank 0 of pipeline stage `index`, a dry run at full size: three
     micro-batches (forward and backward, the last two accumulating into the gradients, as all
-    but the first of a step do), each closed by a marker optimizer step so the estimate times
-    each on its own, then the ZeRO-1 AdamW step over this rank's quarter of its stage's fp32
-    parameters (the DP=4 shard)."""
+    but the first of a step do), each in its own region so the estimate times each on its own,
+    then the ZeRO-1 AdamW step over this rank's quarter of its stage's fp32 parameters (the
+    DP=4 shard)."""
     import torch
     import torch.distributed as dist
     from _tp_llama import Stage
 
     import torch_neuronx
+    from torch_neuronx.readiness import region
 
     run = LLAMA_RUN
     with torch_neuronx.readiness(dry_run=True, instance="trn1.32xlarge") as r:
@@ -216,71 +194,68 @@ def record_llama_stage(index: int) -> dict:
         stage = Stage(LLAMA70B, run["tp"], index, run["pp"], dist.group.WORLD).to("neuron")
         # compiled whole by XLA and neuronx-cc in AWS's run: a compiled graph here as well
         run_stage = torch.compile(stage, backend="neuron")
-        marker = torch.nn.Parameter(torch.zeros(1, device="neuron"))
-        mark = torch.optim.SGD([marker], lr=0.0)
         pos = torch.arange(run["seq"], device="neuron")
-        for _ in range(3):
-            labels = torch.randint(0, LLAMA70B["vocab_size"], (run["seq"],), device="neuron")
-            if index == 0:
-                x = torch.randint(0, LLAMA70B["vocab_size"], (run["seq"],), device="neuron")
-            else:
-                shard = (run["seq"] // run["tp"], LLAMA70B["hidden_size"])
-                x = torch.randn(shard, device="neuron", dtype=torch.bfloat16, requires_grad=True)
-            with torch.autocast("neuron", dtype=torch.bfloat16):
-                out = run_stage(x, pos, labels)
-            out.backward() if out.dim() == 0 else out.backward(torch.randn_like(out))
-            mark.step()
+        for i in range(3):
+            with region(f"micro-batch {i + 1}"):
+                labels = torch.randint(0, LLAMA70B["vocab_size"], (run["seq"],), device="neuron")
+                if index == 0:
+                    x = torch.randint(0, LLAMA70B["vocab_size"], (run["seq"],), device="neuron")
+                else:
+                    shard = (run["seq"] // run["tp"], LLAMA70B["hidden_size"])
+                    x = torch.randn(shard, device="neuron", dtype=torch.bfloat16, requires_grad=True)
+                with torch.autocast("neuron", dtype=torch.bfloat16):
+                    out = run_stage(x, pos, labels)
+                out.backward() if out.dim() == 0 else out.backward(torch.randn_like(out))
         numel = sum(p.numel() for p in stage.parameters()) // run["dp"]
-        shard = torch.nn.Parameter(torch.zeros(numel, device="neuron"))
-        shard.grad = torch.zeros_like(shard)
-        torch.optim.AdamW([shard], foreach=True).step()
-        raw = _trim(r.raw())
-        raw["stage_params"] = numel * run["dp"]
-        raw["index"] = index
+        with region("optimizer step"):
+            shard = torch.nn.Parameter(torch.zeros(numel, device="neuron"))
+            shard.grad = torch.zeros_like(shard)
+            torch.optim.AdamW([shard], foreach=True).step()
         dist.destroy_process_group()
-    return raw
+    rec = r.recording.for_estimate()
+    rec.extra.update(stage_params=numel * run["dp"], index=index)
+    return rec
 
 
 def record_llama() -> list:
     return [record_llama_stage(i) for i in _STAGE_KINDS]
 
 
-def _stage_terms(raw: dict, fig: dict) -> tuple:
+def _stage_terms(rec, model) -> tuple:
     """(seconds of one steady micro-batch with its activation transfers, seconds of the optimizer
-    step with ZeRO-1's collectives over DP) of one stage's tensor-parallel rank."""
-    from torch_neuronx.readiness import _estimate
-
+    step with ZeRO-1's collectives over DP, matmul FLOPs of a micro-batch) of one stage's
+    tensor-parallel rank."""
     run = LLAMA_RUN
-    rank = _estimate._rank_estimate(raw, fig, raw.get("fp32_precision", "highest"))
-    micro, opt = rank["bucket_seconds"][2], rank["bucket_seconds"][3]
+    steady = model.bucket(rec, rec.region("micro-batch 3"))
+    micro, opt = steady["seconds"], model.bucket(rec, rec.region("optimizer step"))["seconds"]
     # A stage's activations (and their gradients) go to the next stage's rank on another
     # instance (TP=32 fills one): each micro-batch sends/receives one sequence shard in bf16
     # per neighbour and direction, none overlapped with compute.
     act = run["seq"] // run["tp"] * LLAMA70B["hidden_size"] * 2
-    neighbours = 1 if raw["index"] in (0, run["pp"] - 1) else 2
-    micro += 2 * neighbours * _estimate.collective_time(fig, "send", act, 2, across_instances=True)[0]
+    neighbours = 1 if rec.extra["index"] in (0, run["pp"] - 1) else 2
+    micro += 2 * neighbours * model.collective_seconds("send", act, 2, across_instances=True)
     # ZeRO-1 over the DP group (one rank per replica, on 4 instances): reduce-scatter of the fp32
     # gradients, all-gather of the updated fp32 parameters.
-    nbytes = raw["stage_params"] * 4
+    nbytes = rec.extra["stage_params"] * 4
     for name in ("reduce_scatter_tensor", "all_gather_into_tensor"):
-        opt += _estimate.collective_time(fig, name, nbytes, run["dp"], across_instances=True)[0]
-    return micro, opt, rank["tensor_flops"]
+        opt += model.collective_seconds(name, nbytes, run["dp"], across_instances=True)
+    return micro, opt, steady["tensor_flops"]
 
 
-def llama_row(raws: list) -> dict:
+def llama_row(recs: list) -> dict:
     """Llama-3.1-70B pre-training row from its stages' recordings."""
-    from torch_neuronx.readiness import _estimate
+    from torch_neuronx.readiness import TimeModel
 
     run = LLAMA_RUN
-    fig = _estimate.core_figures("trn1", 1, "trn1.32xlarge")
-    terms = {raw["index"]: _stage_terms(raw, fig) for raw in raws}
+    model = TimeModel("trn1", 1, "trn1.32xlarge", recs[0].fp32_precision)
+    terms = {rec.extra["index"]: _stage_terms(rec, model) for rec in recs}
     # stages 1 to PP-2 hold the same layers and run the same ops: one recording stands for all
     kinds = [
         terms[_STAGE_KINDS[0] if i == 0 else _STAGE_KINDS[2] if i == run["pp"] - 1 else _STAGE_KINDS[1]]
         for i in range(run["pp"])
     ]
     micro = run["global_batch"] // run["dp"]
-    step = _estimate.pipeline_seconds([k[0] for k in kinds], micro) + max(k[1] for k in kinds)
+    step = model.pipeline_seconds([k[0] for k in kinds], micro) + max(k[1] for k in kinds)
     per_micro = sum(sum(k[2].values()) for k in kinds)
     flops = per_micro * run["tp"] * micro * run["dp"]
     return _row(
@@ -297,11 +272,19 @@ def llama_row(raws: list) -> dict:
 
 
 # -- the table --------------------------------------------------------------------------------
-def _save(directory: str | None, name: str, raws: list) -> None:
+def _save(directory: str | None, name: str, recs: list) -> None:
     if directory:
         os.makedirs(directory, exist_ok=True)
         with open(os.path.join(directory, f"{name}.json"), "w") as f:
-            json.dump(raws, f)
+            f.write("[" + ",\n".join(r.to_json() for r in recs) + "]")
+
+
+def load(path: str) -> list:
+    """The recordings `--save` wrote to `path`."""
+    from torch_neuronx.readiness import Recording
+
+    with open(path) as f:
+        return [Recording.from_json(d) for d in json.load(f)]
 
 
 def bert(save: str | None = None) -> dict:

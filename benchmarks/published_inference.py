@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import subprocess
 import sys
@@ -75,7 +74,7 @@ def _record(out: str, layers: int | None) -> None:
     from transformers.distributed import DistributedConfig
 
     import torch_neuronx
-    from torch_neuronx.readiness import _estimate, _report, header_only_checkpoint  # noqa: F401  (loaded now, as run)
+    from torch_neuronx.readiness import header_only_checkpoint
 
     cfg = dict(LLAMA_405B, num_key_value_heads=LLAMA_405B["num_key_value_heads"] * KV_REPLICATION)
     if layers:
@@ -102,21 +101,21 @@ def _record(out: str, layers: int | None) -> None:
                     pad_token_id=0,
                 )
         wall = time.perf_counter() - t0
-    raw = r.raw()
-    keep = ("rank", "world_size", "instance_type", "lnc", "steps", "fp32_precision", "ops", "collectives", "graphs")
-    slim = {k: raw[k] for k in keep} | {"graph_parts": raw["graph_parts"], "forwards": raw["forwards"]}
-    slim.update(wall_seconds=round(wall, 1), verdict=r.report.verdict, layers=cfg["num_hidden_layers"])
+    rec = r.recording.for_estimate()
+    rec.extra.update(wall_seconds=round(wall, 1), verdict=r.report.verdict, layers=cfg["num_hidden_layers"])
     with open(out, "w") as f:
-        json.dump(slim, f)
+        f.write(rec.to_json())
 
 
 @functools.lru_cache(maxsize=None)
-def recording(path: str | None = None, layers: int | None = None) -> dict:
+def recording(path: str | None = None, layers: int | None = None):
     """The saved recording at `path`, or a new dry run in a child process (its own simulator:
     trn2.48xlarge, rank 0 of 64)."""
+    from torch_neuronx.readiness import Recording
+
     if path:
         with open(path) as f:
-            return json.load(f)
+            return Recording.from_json(f.read())
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "raw.json")
         env = dict(os.environ, TORCH_NEURONX_INSTANCE_TYPE=INSTANCE, NEURON_LOGICAL_NC_CONFIG=str(LNC))
@@ -127,20 +126,20 @@ def recording(path: str | None = None, layers: int | None = None) -> dict:
         )
         subprocess.run(cmd, env=env, check=True)
         with open(out) as f:
-            return json.load(f)
+            return Recording.from_json(f.read())
 
 
-def phases(raw: dict) -> dict:
+def phases(rec) -> dict:
     """The prefill and decode estimates of the recording on trn2.48xlarge at LNC=2."""
-    from torch_neuronx.readiness import _estimate
+    from torch_neuronx.readiness import TimeModel
 
-    est = _estimate.estimate([raw], "trn2", LNC, raw.get("fp32_precision", "highest"), instance=INSTANCE)
+    est = TimeModel("trn2", LNC, INSTANCE, rec.fp32_precision).estimate([rec])
     if not est.get("phases") or est["phases"].get("missing"):
         raise RuntimeError(f"the recording has no generation phases: {est.get('phases')}")
     return est["phases"]
 
 
-def _row(figure: str, phase: str, aws_ms: float, raw: dict | None) -> dict:
+def _row(figure: str, phase: str, aws_ms: float, raw=None) -> dict:
     p = phases(raw if raw is not None else recording())
     ms = p[phase]["seconds"] * 1e3
     return {
@@ -157,12 +156,12 @@ def _row(figure: str, phase: str, aws_ms: float, raw: dict | None) -> dict:
     }
 
 
-def llama_405b_ttft(raw: dict | None = None) -> dict:
+def llama_405b_ttft(raw=None) -> dict:
     """Llama-3.1-405B time to first token: the estimated prefill of a 10,000-token prompt."""
     return _row("Llama-3.1-405B inference: time to first token", "prefill", AWS_TTFT_MS, raw)
 
 
-def llama_405b_tpot(raw: dict | None = None) -> dict:
+def llama_405b_tpot(raw=None) -> dict:
     """Llama-3.1-405B time per output token: the estimated median decode step."""
     return _row("Llama-3.1-405B inference: time per output token", "decode", AWS_TPOT_MS, raw)
 
@@ -197,8 +196,9 @@ def main() -> None:
     raw = recording(a.raw, a.layers)
     if a.save_raw:
         with open(a.save_raw, "w") as f:
-            json.dump(raw, f)
-    print(f"dry run: {raw.get('wall_seconds')} s wall, {raw.get('layers')} layers, verdict: {raw.get('verdict')}")
+            f.write(raw.to_json())
+    x = raw.extra
+    print(f"dry run: {x.get('wall_seconds')} s wall, {x.get('layers')} layers, verdict: {x.get('verdict')}")
     print(markdown([f(raw) for f in ROWS]))
 
 

@@ -8,6 +8,9 @@ PACKAGES = (ROOT / "torch_neuronx", ROOT / "neuronsim")  # the distribution's tw
 # Tutorial kernels mirror AWS's NKI samples line for line.
 EXCLUDED = (ROOT / "neuronsim" / "nki" / "kernels",)
 MAX_LINES = 80
+# readiness grows with every new kind of script and cost term: its functions stay shorter still.
+READINESS = ROOT / "torch_neuronx" / "readiness"
+READINESS_MAX_LINES = 60
 
 
 def _function_lengths(path: Path):
@@ -31,14 +34,17 @@ def _long_functions():
     for path in sorted(p for package in PACKAGES for p in package.rglob("*.py")):
         if any(path.is_relative_to(e) for e in EXCLUDED):
             continue
+        limit = READINESS_MAX_LINES if path.is_relative_to(READINESS) else MAX_LINES
         for name, lines in _function_lengths(path):
-            if lines > MAX_LINES:
+            if lines > limit:
                 found[f"{path.relative_to(ROOT)}:{name}"] = lines
     return found
 
 
 def test_no_function_is_longer_than_the_limit():
-    assert _long_functions() == {}, f"split these into functions of at most {MAX_LINES} lines, one concern each"
+    assert (
+        _long_functions() == {}
+    ), f"split these into functions of at most {MAX_LINES} lines ({READINESS_MAX_LINES} in readiness/), one concern each"
 
 
 def test_lengths_count_nested_functions_and_methods(tmp_path):

@@ -75,3 +75,57 @@ def test_dynamo_metrics_are_lent_to_torch_neuron():
 
     assert torch.neuron.get_dynamo_metrics is _dynamo.get_dynamo_metrics
     assert torch.neuron.reset_dynamo_metrics is _dynamo.reset_dynamo_metrics
+
+
+# -- readiness sits above every other layer ------------------------------------------------------
+READINESS = PACKAGE / "readiness"
+# The package's entry points, above readiness: `torch_neuronx.readiness` and `torch-neuronx check`.
+READINESS_IMPORTERS = {PACKAGE / "__init__.py", PACKAGE / "cli.py"}
+# What readiness may import of the rest of the package (documented in readiness/__init__.py):
+# the core, memory counters, the compiled-graph listener, and the hooks a dry run installs
+# its overrides through.
+READINESS_USES = {"_C", "neuron", "profiler", "distributed", "_dynamo"}
+
+
+def _absolute_imports(path: Path):
+    """(line, module) of every import of torch_neuronx in `path`, relative ones resolved."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    package = parts if parts[-1] == "__init__" else parts[:-1]
+    package = package[:-1] if package[-1] == "__init__" else package
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            names = [module] if node.module else [f"{module}.{a.name}" for a in node.names]
+            yield from ((node.lineno, n) for n in names if n.startswith("torch_neuronx"))
+        elif isinstance(node, ast.Import):
+            yield from ((node.lineno, a.name) for a in node.names if a.name.startswith("torch_neuronx"))
+
+
+def test_nothing_below_readiness_imports_it():
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line}: {module}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if not path.is_relative_to(READINESS) and path not in READINESS_IMPORTERS
+        for line, module in _absolute_imports(path)
+        if module == "torch_neuronx.readiness" or module.startswith("torch_neuronx.readiness.")
+    ]
+    assert offenders == []
+
+
+def test_readiness_imports_only_what_it_documents():
+    used = {
+        module.split(".")[1]
+        for path in READINESS.rglob("*.py")
+        for _, module in _absolute_imports(path)
+        if module.count(".") >= 1 and module.split(".")[1] != "readiness"
+    }
+    assert used <= READINESS_USES, sorted(used - READINESS_USES)
+    doc = (READINESS / "__init__.py").read_text()
+    assert all(f"``{name}``" in doc for name in READINESS_USES)
+
+
+def test_the_import_resolver_sees_relative_imports():
+    found = {m for _, m in _absolute_imports(READINESS / "_observers" / "memory.py")}
+    # `from ... import _C`, `from ...neuron import memory`, `from .._ledger import PEAK_STEP`
+    assert {"torch_neuronx._C", "torch_neuronx.neuron", "torch_neuronx.readiness._ledger"} <= found

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import torch_neuronx
-from torch_neuronx.readiness._dryrun import ValueUnknownError
+from torch_neuronx.readiness import ValueUnknownError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -43,12 +43,12 @@ def test_dry_run_equals_real_run_in_memory_ops_and_fallbacks():
     (mr,), (md,) = real.report.data["memory"], dry.report.data["memory"]
     assert abs(md["peak_allocated"] - mr["peak_allocated"]) <= 0.05 * mr["peak_allocated"]
     assert md["peak_reserved"] == pytest.approx(mr["peak_reserved"], rel=0.1)  # the cache: freed in another order
-    raw_r, raw_d = real.raw(), dry.raw()
-    assert sorted(map(tuple, raw_d["ops"][1])) == sorted(map(tuple, raw_r["ops"][1]))
-    strip = lambda fs: sorted((f["op"], f["dtype"], f["reason"], f["count"]) for f in fs)  # noqa: E731
-    assert strip(raw_d["fallbacks"]) == strip(raw_r["fallbacks"]) != []
+    rec_r, rec_d = real.recording, dry.recording
+    assert rec_d.buckets[1].ops == rec_r.buckets[1].ops
+    strip = lambda fs: sorted((f.op, f.dtype, f.reason, f.count) for f in fs)  # noqa: E731
+    assert strip(rec_d.fallbacks) == strip(rec_r.fallbacks) != []
     assert dry.report.summary().startswith("torch-neuronx readiness (dry run):")
-    assert raw_r["dry_run"] is None and raw_d["dry_run"] is not None
+    assert not rec_r.dry_run and rec_d.dry_run
 
 
 def test_compiled_graphs_are_dynamos_own():
@@ -297,7 +297,7 @@ def test_in_process_dry_run_as_one_rank_of_a_larger_job():
     assert (d["world_size"], d["ranks_run"], d["ranks_not_run"]) == (8, [5], [0, 1, 2, 3, 4, 6, 7])
     assert [m["rank"] for m in d["memory_per_rank"]] == [5]
     assert "ranks 0-4, 6-7 of the job's 8 were not run" in r.report.summary()
-    assert d["verdict"].endswith("(on the ranks run, 5 of 8; the others unknown)")
+    assert d["verdict"].endswith("(on rank 5 (1 of 8 ranks run); the others unknown)")
     with pytest.raises(ValueError, match="need dry_run=True"):
         torch_neuronx.readiness(rank=1, world_size=2)
 

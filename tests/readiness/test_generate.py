@@ -14,7 +14,7 @@ import torch
 import torch_neuronx
 from helpers import tiny_llama, worker_env
 from neuronsim import hardware as hw
-from torch_neuronx.readiness import _collect, _estimate
+from torch_neuronx.readiness import Recording, _cost, _estimate
 
 REPO = Path(__file__).parents[2]
 DATA = Path(__file__).parent / "data"
@@ -87,9 +87,9 @@ def test_a_static_cache_update_moves_only_the_rows_it_writes():
     cache = torch.zeros(1, 2, 1000, 64, device="neuron")
     new = torch.ones(1, 2, 1, 64, device="neuron")
     pos = torch.tensor([5], device="neuron")
-    assert _collect._moved_bytes("aten::index_copy_", [cache, pos, new], [cache]) == 2 * (new.nbytes + pos.nbytes)
+    assert _cost.moved_bytes("aten::index_copy_", [cache, pos, new], [cache]) == 2 * (new.nbytes + pos.nbytes)
     out = torch.cat([cache, new], dim=2)  # a dynamic cache's cat reads and writes it all
-    assert _collect._moved_bytes("aten::cat", [cache, new], [out]) == cache.nbytes + new.nbytes + out.nbytes
+    assert _cost.moved_bytes("aten::cat", [cache, new], [out]) == cache.nbytes + new.nbytes + out.nbytes
 
 
 def test_collectives_inside_a_trn2_instance_take_the_runtimes_algorithm_latency():
@@ -131,8 +131,8 @@ def test_llama_405b_row_from_its_saved_recording():
         import published_inference as pi
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
-    raw = json.loads((DATA / "llama405b_tp64_raw.json").read_text())
-    assert raw["layers"] == 126 and raw["world_size"] in (64, "64")
+    raw = Recording.from_json((DATA / "llama405b_tp64_raw.json").read_text())
+    assert raw.extra["layers"] == 126 and raw.world_size in (64, "64")
     ttft, tpot = (f(raw) for f in pi.ROWS)
     for row in (ttft, tpot):
         assert set(row) >= {"figure", "configuration", "aws", "estimate", "unit", "ratio", "mfu"}

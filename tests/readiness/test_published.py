@@ -8,7 +8,6 @@ schedule, collectives between instances, attention on the Tensor Engine, compile
 dry run) are checked against values computed here.
 """
 
-import json
 import sys
 from pathlib import Path
 
@@ -32,7 +31,7 @@ LLAMA_MFU = 0.3596
 
 
 def _recording(name: str):
-    return json.loads((DATA / f"published_{name}.json").read_text())
+    return published.load(DATA / f"published_{name}.json")
 
 
 # -- the rows -----------------------------------------------------------------------------
@@ -47,7 +46,7 @@ def test_bert_large_phase1_on_trn1_32xlarge_is_pinned():
 
 def test_llama31_70b_on_32_trn1_32xlarge_is_pinned():
     raws = _recording("llama70b")
-    assert [r["index"] for r in raws] == [0, 1, 7]
+    assert [r.extra["index"] for r in raws] == [0, 1, 7]
     row = published.llama_row(raws)
     assert (row["aws"], row["unit"]) == (7.94, "seq/s")
     assert row["estimate"] == pytest.approx(LLAMA_SEQ_S, rel=1e-3)
@@ -91,12 +90,12 @@ def test_attention_on_neuron_is_timed_on_the_tensor_engine_with_its_flops():
     q = torch.randn(b, h, s, d, device="neuron", requires_grad=True)
     with torch_neuronx.readiness() as r:
         F.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
-    ops = {o[0]: o for o in r.raw()["ops"][-1]}
+    ops = {o.op: o for o in r.recording.buckets[-1].ops}
     fwd = ops["aten::_scaled_dot_product_flash_attention_for_cpu"]
     bwd = ops["aten::_scaled_dot_product_flash_attention_for_cpu_backward"]
-    assert fwd[2] == bwd[2] == "tensor"
-    assert fwd[3] == 2 * (2 * b * h * s * s * d)  # q @ k^T and p @ v
-    assert bwd[3] == 5 * (2 * b * h * s * s * d)  # the recomputed scores and four gradient matmuls
+    assert fwd.kind == bwd.kind == "tensor"
+    assert fwd.flops == 2 * (2 * b * h * s * s * d)  # q @ k^T and p @ v
+    assert bwd.flops == 5 * (2 * b * h * s * s * d)  # the recomputed scores and four gradient matmuls
 
 
 def test_dry_run_costs_a_compiled_graph_as_a_real_run_does():

@@ -73,10 +73,10 @@ def test_native_run_has_no_fallbacks_and_whole_run_scope():
 
 
 def test_memory_peak_fit_verdict_and_largest_tensors(monkeypatch):
-    from torch_neuronx.readiness import _collect
+    from torch_neuronx.readiness._observers import memory
 
     # no timed samples after the first: the peak must be caught when it is allocated
-    monkeypatch.setattr(_collect, "_SAMPLE_S", 3600.0)
+    monkeypatch.setattr(memory, "_SAMPLE_S", 3600.0)
     torch.neuron.empty_cache()
     with torch_neuronx.readiness(capacity=12 * MiB) as r:
         a = torch.empty(4 * MiB, dtype=torch.uint8, device="neuron")
@@ -168,10 +168,10 @@ def _assert_saved_without_pictures(out: Path):
 
 
 def test_saved_report_without_matplotlib_has_no_pictures_and_says_how_to_get_them(tmp_path, monkeypatch):
-    from torch_neuronx.readiness import _report
+    from torch_neuronx.readiness._report import render
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
-    monkeypatch.setattr(_report, "_warned_no_pictures", False)
+    monkeypatch.setattr(render, "_warned_no_pictures", False)
     with pytest.warns(UserWarning, match="pip install matplotlib") as caught:
         for out in (tmp_path / "a", tmp_path / "b"):
             with torch_neuronx.readiness(out=str(out)) as r:
@@ -212,7 +212,8 @@ def test_new_shape_every_step_is_reported_as_recompiling_every_step(fresh_dynamo
 def test_compiled_graph_cost_parts_have_known_values():
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from torch_neuronx.readiness._collect import _is_dynamic, graph_parts
+    from torch_neuronx.readiness._cost import graph_parts
+    from torch_neuronx.readiness._cost import is_dynamic as _is_dynamic
 
     def f(x, w):
         return torch.nn.functional.gelu(x @ w) * 2 + x.t().sum()  # the view x.t() is seen through
@@ -220,11 +221,11 @@ def test_compiled_graph_cost_parts_have_known_values():
     m, k, n = 8, 16, 4
     gm = make_fx(f, tracing_mode="fake")(torch.randn(m, k), torch.randn(k, n))
     mm, fused = graph_parts(gm)
-    assert mm == ["tensor", "float32", 2 * m * k * n, 4 * (m * k + k * n + m * n), 3]
+    assert mm == ("tensor", "float32", 2 * m * k * n, 4 * (m * k + k * n + m * n), 3)
     # gelu, mul, sum, add: one operation per element each reads or writes
     ops = 2 * m * n + 2 * m * n + (m * k + 1) + (m * n + 1 + m * n)
     # reads the matmul result and x (through the view), writes the graph output; once each
-    assert fused == ["fused", "float32", ops, 4 * (m * n + m * k + m * n), 3]
+    assert fused == ("fused", "float32", ops, 4 * (m * n + m * k + m * n), 3)
     # a graph for symbolic shapes has no one cost: its runs are timed op by op
     assert not _is_dynamic(gm) and _is_dynamic(
         make_fx(f, tracing_mode="symbolic")(torch.randn(m, k), torch.randn(k, n))
@@ -246,11 +247,11 @@ def test_compiled_graphs_are_costed_whole_once_per_run(monkeypatch, fresh_dynamo
             for _ in range(steps):
                 loss = model(x).sum()
                 if live_ops is not None:  # what the forward left alive for the backward
-                    live_ops.update(e[3] for e in r._collector._live.values())
+                    live_ops.update(e.op for e in r._session.executor.ledger.live.values())
                 loss.backward()
                 opt.step()
                 opt.zero_grad()
-        return r.report.data, r.raw()
+        return r.report.data, r.recording
 
     x = torch.randn(32, 64, device="neuron")
     compiled = torch.compile(mlp(), backend="neuron")
@@ -269,7 +270,7 @@ def test_compiled_graphs_are_costed_whole_once_per_run(monkeypatch, fresh_dynamo
     est, eager_est = data["estimates"][0], eager["estimates"][0]
 
     # every step ran each graph once, counted whole: no ATen op of their code is also counted
-    assert [dict(b) for b in raw["graphs"][:3]] == [dict.fromkeys(names, 1)] * 3
+    assert [dict(b.graphs) for b in raw.buckets[:3]] == [dict.fromkeys(names, 1)] * 3
     rows = {o["op"]: o for o in est["ops"]}
     assert [rows[g]["count"] for g in names] == [1, 1]
     assert not {"aten::mm.out", "aten::addmm.out"} & set(rows)
@@ -280,7 +281,7 @@ def test_compiled_graphs_are_costed_whole_once_per_run(monkeypatch, fresh_dynamo
 
     # the graphs' elementwise work is timed: more than their matmuls alone
     fig = _estimate.core_figures(est["chip"], est["lnc"])
-    matmuls = sum(_estimate.op_time(fig, *p)[0] for ps in raw["graph_parts"].values() for p in ps if p[0] == "tensor")
+    matmuls = sum(_estimate.op_time(fig, *p)[0] for ps in raw.graph_parts.values() for p in ps if p.kind == "tensor")
     assert rows[names[0]]["seconds"] + rows[names[1]]["seconds"] > 1.2 * matmuls
     # fusion saves HBM traffic and DMA fixed costs, so compiled is faster, but not by 2x here
     assert 0.5 * eager_est["step_seconds"] < est["step_seconds"] < eager_est["step_seconds"]
@@ -296,7 +297,7 @@ def test_compiled_graphs_are_costed_whole_once_per_run(monkeypatch, fresh_dynamo
         monkeypatch.delitem(_graphs._gms, f)
     data, raw = train(compiled, steps=1)
     rows = {o["op"]: o for o in data["estimates"][0]["ops"]}
-    assert not any(o.startswith("compiled graph") for o in rows) and raw["graphs"][0] == []
+    assert not any(o.startswith("compiled graph") for o in rows) and not raw.buckets[0].graphs
     assert rows["aten::mm.out"]["flops"] == eager_rows["aten::mm"]["flops"]  # Inductor's extern kernel
     assert "aten::gelu" not in rows  # Inductor's own kernels are not ATen ops: unseen then
 

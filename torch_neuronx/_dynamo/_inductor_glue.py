@@ -546,9 +546,9 @@ def partition_without_codegen(gm, example_inputs, graph_name: str = "graph"):
     """What compile_graph does up to code generation: AOTAutograd with Inductor's
     decompositions and partitioner (so the same activations are saved for the backward),
     then the forward and backward graphs run op by op. For the dry run, which has no data
-    for generated code to run on. While a readiness report records, each run of these
-    graphs is reported to it as one compiled graph with its ATen graph, as a generated
-    module's run is, so that the report costs it whole (with its fusion) in a dry run too."""
+    for generated code to run on. Each run of these graphs is announced to the profiler
+    layer's graph listener as one compiled graph with its ATen graph, as a generated
+    module's run is, so that a recording costs it whole (with its fusion) in a dry run too."""
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.aot_autograd import make_boxed_func
     from torch._functorch.partitioners import min_cut_rematerialization_partition
@@ -559,21 +559,13 @@ def partition_without_codegen(gm, example_inputs, graph_name: str = "graph"):
     install()
 
     def run_ops(g, _inputs, kind):
-        key = f"<dry run: {graph_name} {kind} {id(g)}>"  # stands for a generated module's file
-        if _graphs._recording():
-            with _graphs._lock:
-                _graphs._names[key] = f"{graph_name} {kind}"
-                _graphs._gms[key] = g
+        # Its own key stands for a generated module's file, under which a listener knows the graph.
+        key = f"<graph without codegen: {graph_name} {kind} {id(g)}>"
+        _graphs.register_graph(key, f"{graph_name} {kind}", g)
 
         def run(*args):
-            listener = _graphs._listener
-            if listener is None:
+            with _graphs.graph_run(key):
                 return g.forward(*args)
-            listener._graph_enter(key)
-            try:
-                return g.forward(*args)
-            finally:
-                listener._graph_exit()
 
         return make_boxed_func(run)
 

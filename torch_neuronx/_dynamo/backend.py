@@ -198,6 +198,16 @@ def _move_graph_to(gm: torch.fx.GraphModule, device: torch.device) -> None:
     gm.recompile()
 
 
+_without_codegen: str | None = None  # why graphs are compiled without code generation now
+
+
+def compile_without_codegen(reason: str | None) -> None:
+    """Compile graphs from now on without code generation, partitioned as for Inductor and run
+    op by op (for a run that has no data, `reason` names it in the compile metrics); None: as usual."""
+    global _without_codegen
+    _without_codegen = reason
+
+
 def _compile(gm, example_inputs: list, opts: _Options, graph_name: str, names: list):
     cpu_idx = _cpu_inputs(example_inputs)
     device = _target_device(example_inputs)
@@ -207,12 +217,10 @@ def _compile(gm, example_inputs: list, opts: _Options, graph_name: str, names: l
     if cache.artifacts_enabled():
         cache.write_artifact(graph_name, "dynamo_graph.txt", gm.print_readable(print_output=False))
 
-    from ..readiness import _dryrun
-
-    if _dryrun.active() is not None:
-        # No data to run generated code on: partitioned as for Inductor, run op by op on fake tensors.
+    if _without_codegen is not None:
+        # No data to run generated code on (a dry run): partitioned as for Inductor, run op by op.
         compiled = glue.partition_without_codegen(gm, example_inputs, graph_name)
-        metrics.record_graph(graph_name, _shape_sig(example_inputs), 0.0, "dry run")
+        metrics.record_graph(graph_name, _shape_sig(example_inputs), 0.0, _without_codegen)
     else:
         compiled = _compile_with_inductor(gm, example_inputs, opts, graph_name)
     return _CopyIn(compiled, cpu_idx, device) if cpu_idx else compiled
@@ -277,7 +285,7 @@ def _compile_with_inductor(gm, example_inputs: list, opts: _Options, graph_name:
             on_inner_compile=on_inner_compile,
             # a readiness report costs each graph from its ATen graph, which a hit in
             # AOTAutograd's cache does not hand back
-            aot_cache=not _profiler_graphs._recording(),
+            aot_cache=not _profiler_graphs.listening(),
         )
     except Exception as e:
         if glue.is_dynamo_control_exception(e) or isinstance(e, NeuronCompileError):

@@ -46,18 +46,26 @@ def _release_backends(everything: bool = False) -> None:
     _backends[:] = [] if everything else [b for b in _backends if _C._c10d_use_count(b) > 1]
 
 
-def _create_backend(opts, backend_options=None):
-    """c10d creator (extended API): a gloo backend for the group's ranks; in a dry run,
-    PyTorch's fake process group (the real rank and size, collectives that move no data)."""
-    from torch.distributed import ProcessGroupGloo
+_override = None  # creates the backend instead of gloo, while set
 
-    from ..readiness import _dryrun, _fake
+
+def set_backend_override(create) -> None:
+    """Let `create(opts)` make the backend of every group created from now on (a dry run gives
+    PyTorch's fake process group: the real rank and size, collectives that move no data);
+    None: gloo again."""
+    global _override
+    _override = create
+
+
+def _create_backend(opts, backend_options=None):
+    """c10d creator (extended API): a gloo backend for the group's ranks (or the override's)."""
+    from torch.distributed import ProcessGroupGloo
 
     # Joining a group does not initialise the device, as with NCCL for CUDA: DeviceMesh
     # then binds a rank that never chose its device (LOCAL_RANK, else rank % devices)
     # through torch.neuron.set_device, which initialises it.
-    if _dryrun.active() is not None:
-        return _fake.fake_process_group(opts)
+    if _override is not None:
+        return _override(opts)
     timeout = opts.timeout
     if not isinstance(timeout, datetime.timedelta):
         timeout = datetime.timedelta(seconds=float(timeout))

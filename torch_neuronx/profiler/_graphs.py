@@ -3,9 +3,11 @@
 The code Inductor generates for neuron runs a graph's kernels inside
 ``with torch.neuron.device(i), torch.neuron._compiled_graph(i):``; while a
 profiler traces the device, that scope becomes one device event named after
-the graph; while a readiness report records, it tells the report which graph
-runs (``_listener``), so the report can cost the graph whole. Otherwise
-entering it costs two checks.
+the graph; while a listener is set (a readiness recording sets one), it tells the
+listener which graph runs, so the recording can cost the graph whole. Otherwise
+entering it costs two checks. Graphs run by other means (a dry run's graphs, run op
+by op) are registered and announced through the same calls (``register_graph``,
+``graph_run``), so a listener sees every compiled graph one way.
 """
 
 import os
@@ -17,9 +19,56 @@ from .. import _C
 _lock = threading.Lock()
 _names: dict = {}  # file of a generated graph module -> "<graph> forward|backward"
 _gms: dict = {}  # file of a generated graph module -> the ATen FX graph it was compiled from
-# An object with _graph_enter(filename) / _graph_exit(), told of every compiled graph run
-# (torch_neuronx.readiness sets it while it records; this module cannot import readiness).
+# An object with graph_enter(key) / graph_exit(), told of every compiled graph run; the key
+# is the generated module's file, or the key a graph was registered under.
 _listener = None
+
+
+def set_listener(listener):
+    """Tell `listener` (or nobody, for None) of every compiled graph run; returns the previous one."""
+    global _listener
+    prev, _listener = _listener, listener
+    return prev
+
+
+def register_graph(key: str, name: str, gm) -> None:
+    """Name a graph run by other means than generated code, under `key`, with its ATen graph."""
+    if _listener is not None:
+        with _lock:
+            _names[key] = name
+            _gms[key] = gm
+
+
+def graph_name(key: str) -> str:
+    return _names.get(key, key)
+
+
+def aten_graph(key: str):
+    """The ATen FX graph kept for the graph of `key`, or None."""
+    return _gms.get(key)
+
+
+class graph_run:
+    """A run of the graph registered under `key`, announced to the listener."""
+
+    __slots__ = ("_key", "_listener")
+
+    def __init__(self, key: str):
+        self._key = key
+        self._listener = None
+
+    def __enter__(self):
+        listener = _listener
+        if listener is not None:
+            self._listener = listener
+            listener.graph_enter(self._key)
+        return self
+
+    def __exit__(self, *exc):
+        if self._listener is not None:
+            listener, self._listener = self._listener, None
+            listener.graph_exit()
+        return False
 
 
 def _register(compiled, name: str, gm=None) -> None:
@@ -35,7 +84,7 @@ def _register(compiled, name: str, gm=None) -> None:
             _gms[code.co_filename] = gm
 
 
-def _recording() -> bool:
+def listening() -> bool:
     """Whether a listener wants the ATen graph of graphs compiled now."""
     return _listener is not None
 
@@ -52,7 +101,7 @@ class _compiled_graph:
         listener = _listener
         if listener is not None:
             self._listener = listener
-            listener._graph_enter(sys._getframe(1).f_code.co_filename)
+            listener.graph_enter(sys._getframe(1).f_code.co_filename)
         if _C._device_tracing():
             filename = sys._getframe(1).f_code.co_filename
             name = _names.get(filename) or f"graph {os.path.splitext(os.path.basename(filename))[0]}"
@@ -66,5 +115,5 @@ class _compiled_graph:
             span.__exit__(*exc)
         if self._listener is not None:
             listener, self._listener = self._listener, None
-            listener._graph_exit()
+            listener.graph_exit()
         return False

@@ -7,6 +7,17 @@ In process::
     print(r.report)            # or r.report.save("neuron-readiness")
 
 From the shell: ``torch-neuronx check -- python train.py`` (or ``-- torchrun ...``).
+
+Layers, top down (docs/architecture.md has the picture): the public API here and the CLI
+(``_cli``, ``_launch``, ``_ranks``); the report (``_report``: merging ranks, verdict,
+rendering) and the time model (``_estimate``), which read only the typed recording
+(``_record``); the session (``_session``), which starts an executor (``_real`` or ``_dry``,
+with its value policy ``_values``) and the recorder (``_recorder`` and its ``_observers``),
+which write the recording and the storage ledger (``_ledger``). Every private PyTorch detail
+is in ``_torch_private``. Of the rest of torch_neuronx, readiness imports only ``_C``,
+``neuron`` (memory counters), ``profiler`` (the compiled-graph listener), and the hooks of
+``distributed`` and ``_dynamo`` a dry run installs its overrides through; nothing below
+imports readiness (``tests/neuron/test_layering.py``).
 """
 
 from __future__ import annotations
@@ -15,9 +26,22 @@ import sys
 import types
 
 from ._checkpoint import header_only_checkpoint
+from ._estimate import TimeModel
+from ._record import Recording
 from ._report import Report
+from ._session import region
+from ._values import ValueUnknownError
 
-__all__ = ["Readiness", "Report", "readiness", "header_only_checkpoint"]
+__all__ = [
+    "Readiness",
+    "Recording",
+    "Report",
+    "TimeModel",
+    "ValueUnknownError",
+    "readiness",
+    "region",
+    "header_only_checkpoint",
+]
 
 
 class Readiness:
@@ -56,50 +80,30 @@ class Readiness:
                     "rank and world_size go together and need dry_run=True: "
                     "readiness(dry_run=True, rank=R, world_size=N) runs the block as rank R of N"
                 )
-            from ._ranks import AsRank
+            from ._as_rank import AsRank
 
             self._as_rank = AsRank(rank, world_size)
         self._options = {"instance": instance, "lnc": lnc, "capacity": capacity}
         self.out = out
         self.dry_run = dry_run
         self.report: Report | None = None
-        self._collector = None
-        self._dry = None
-        self._raw = None
+        self.recording: Recording | None = None
+        self._session = None
 
     def __enter__(self) -> "Readiness":
-        from ._collect import Collector
+        from ._session import Session
 
-        if self._collector is not None:
+        if self._session is not None:
             raise RuntimeError("a readiness() context cannot be entered twice; create a new one")
-        if self.dry_run:
-            from ._dryrun import DryRun
-
-            self._dry = DryRun()
-            self._dry.start()
-        if self._as_rank is not None:
-            self._as_rank.__enter__()
-        self._collector = Collector(self._dry)
-        self._collector.start()
+        self._session = Session(self.dry_run, self._as_rank)
+        self._session.start()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        c = self._collector
-        c.stop()
-        if self._dry is not None:
-            self._dry.stop()
-        if exc is not None:
-            c.failed(exc)
-        self._raw = c.raw()  # while RANK and WORLD_SIZE are still the block's
-        if self._as_rank is not None:
-            self._as_rank.__exit__(exc_type, exc, tb)
-        self.report = Report([self._raw], **self._options)
+        self.recording = self._session.stop(exc)
+        self.report = Report([self.recording], **self._options)
         if self.out:
             self.report.save(self.out)
-
-    def raw(self) -> dict:
-        """This process's recording (what ``torch-neuronx check`` merges across ranks)."""
-        return self._raw if self._raw is not None else self._collector.raw()
 
 
 def readiness(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 import re
 import shlex
@@ -166,10 +165,12 @@ def main(argv: list[str]) -> int:
             run, absent = _stand_ins(cmd, os.path.join(raw_dir, "weights"))
         child = _child_command(run, raw_dir, opts.dry_run, opts.workers, opts.ranks)
         rc = subprocess.call(child, env=env)
+        from ._record import Recording
+
         raws = []
         for path in sorted(glob.glob(os.path.join(raw_dir, "rank*.json"))):
             with open(path) as f:
-                raws.append(json.load(f))
+                raws.append(Recording.from_json(f.read()))
     if not raws:
         print(
             f"torch-neuronx check: the command exited with status {rc} before any rank started recording",

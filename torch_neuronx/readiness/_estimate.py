@@ -167,7 +167,7 @@ def op_time(
 
 def _graph_dtype(parts: list) -> str:
     """A compiled graph's row is labelled with the dtype of its matmuls (else of its fused kernel)."""
-    return next((p[1] for p in parts if p[0] == "tensor"), parts[0][1] if parts else "-")
+    return next((p.dtype for p in parts if p.kind == "tensor"), parts[0].dtype if parts else "-")
 
 
 _RING = {  # collective -> (ring steps, bytes sent per rank), for n ranks and B bytes
@@ -212,7 +212,9 @@ def pipeline_seconds(stage_seconds: list, microbatches: int) -> float:
     return sum(stage_seconds) + (microbatches - 1) * max(stage_seconds)
 
 
-def estimate(raws: list, chip: str, lnc: int, fp32_precision: str = "highest", instance: str | None = None) -> dict:
+def estimate(
+    recordings: list, chip: str, lnc: int, fp32_precision: str = "highest", instance: str | None = None
+) -> dict:
     """Estimate of the recorded ranks' run on `chip` at `lnc` (on `instance`, for its NeuronLink).
 
     The step time is the slowest rank's (data-parallel ranks wait for each other);
@@ -223,34 +225,34 @@ def estimate(raws: list, chip: str, lnc: int, fp32_precision: str = "highest", i
         fig = core_figures(chip, lnc, instance)
     except MissingFigure as e:
         return {"chip": chip, "lnc": lnc, "instance": instance, "missing": str(e)}
-    per_rank = [_rank_estimate(r, fig, fp32_precision) for r in raws]
+    per_rank = [_rank_estimate(r, fig, fp32_precision) for r in recordings]
     slowest = max(per_rank, key=lambda e: e["step_seconds"])
     out = {"chip": chip, "lnc": lnc, "instance": instance, "missing": None, "figures": fig, **slowest}
     out.update(_utilisation(per_rank, slowest["step_seconds"], fig, fp32_precision))
-    out["phases"] = phases(raws, fig, fp32_precision)
+    out["phases"] = phases(recordings, fig, fp32_precision)
     return out
 
 
 _PHASES = ("prefill", "decode")
 
 
-def phases(raws: list, fig: dict, prec: str = "highest") -> dict | None:
+def phases(recordings: list, fig: dict, prec: str = "highest") -> dict | None:
     """Estimates of a generation's phases: the median prefill (time to first token) and the median
     decode step (time per output token), each of the slowest rank, with its terms, shares and MFU.
     None when the run has no decode step (training, or forwards without a KV cache); a dict with
     only `missing` when forwards ran inside torch.compile, where module hooks do not delimit them."""
-    recorded = [r.get("forwards") or {"buckets": [], "compiled_outside": False} for r in raws]
-    if not any(b["phase"] == "decode" for f in recorded for b in f["buckets"]):
+    recorded = [r.generation for r in recordings]
+    if not any(b.phase == "decode" for g in recorded for b in g.forwards):
         return None
-    if any(f["compiled_outside"] for f in recorded):
+    if any(g.compiled_outside for g in recorded):
         return {"missing": "torch.compile ran during the generation; its phases are estimated for eager forwards only"}
     out = {}
     for phase in _PHASES:
         per_rank = []
-        for raw, f in zip(raws, recorded):
-            buckets = [b for b in f["buckets"] if b["phase"] == phase]
+        for rec, g in zip(recordings, recorded):
+            buckets = [b for b in g.forwards if b.phase == phase]
             if buckets:
-                per_rank.append(_phase_rank(raw, buckets, fig, prec))
+                per_rank.append(_phase_rank(rec, buckets, fig, prec))
         if not per_rank:
             out[phase] = None
             continue
@@ -260,17 +262,16 @@ def phases(raws: list, fig: dict, prec: str = "highest") -> dict | None:
     return out
 
 
-def _phase_rank(raw: dict, buckets: list, fig: dict, prec: str) -> dict:
+def _phase_rank(rec, buckets: list, fig: dict, prec: str) -> dict:
     """One rank's median bucket of a phase: its seconds, terms and shares."""
-    parts = raw.get("graph_parts", {})
-    scoped = [(b["ops"], b["collectives"], b["graphs"]) for b in buckets]
-    seconds = _bucket_seconds(scoped, fig, prec, _graph_seconds(parts, fig, prec))
+    parts = rec.graph_parts
+    seconds = _bucket_seconds(buckets, fig, prec, _graph_seconds(parts, fig, prec))
     median, i = _median_bucket(seconds)
     return {
         "seconds": median,
         "count": len(buckets),
-        "tokens": buckets[i]["tokens"],
-        **_summary([scoped[i]], parts, fig, prec, top=20),
+        "tokens": buckets[i].tokens,
+        **_summary([buckets[i]], parts, fig, prec, top=20),
     }
 
 
@@ -289,25 +290,18 @@ def _utilisation(per_rank: list, seconds: float, fig: dict, prec: str) -> dict:
     return {"model_flops": total, "mfu_dtype": dtype, "peak_flops": peak, "mfu": total / (seconds * peak)}
 
 
-def step_buckets(raw: dict) -> list:
-    """(ops, collectives, graphs) of each bucket of a recording: one per optimizer step (every
-    forward/backward pass since the previous step, so with gradient accumulation all its
-    micro-batches), then the ops after the last step."""
-    return list(zip(raw["ops"], raw["collectives"], raw.get("graphs") or [[]] * len(raw["ops"])))
-
-
 def _graph_seconds(parts: dict, fig: dict, prec: str) -> dict:
     """Estimated seconds of one run of each compiled graph, from its parts."""
     return {g: sum(op_time(fig, *p, prec)[0] for p in ps) for g, ps in parts.items()}
 
 
 def _bucket_seconds(buckets: list, fig: dict, prec: str, graph_seconds: dict) -> list:
-    """Estimated seconds of each (ops, collectives, graphs) bucket."""
+    """Estimated seconds of each Bucket."""
     seconds = []
-    for ops, colls, graphs in buckets:
-        t = sum(op_time(fig, k, d, f, b, o, prec)[0] * n for _, d, k, f, b, o, n in ops)
-        t += sum(collective_time(fig, name, b, s)[0] * n for name, _, b, s, n in colls)
-        t += sum(graph_seconds[g] * n for g, n in graphs)
+    for b in buckets:
+        t = sum(op_time(fig, c.kind, c.dtype, c.flops, c.bytes, c.operands, prec)[0] * n for c, n in b.ops.items())
+        t += sum(collective_time(fig, c.kind, c.bytes, c.group_size)[0] * n for c, n in b.collectives.items())
+        t += sum(graph_seconds[g] * n for g, n in b.graphs.items())
         seconds.append(t)
     return seconds
 
@@ -331,10 +325,10 @@ def _summary(scope: list, parts: dict, fig: dict, prec: str, top: int | None = N
     }
 
 
-def _rank_estimate(raw: dict, fig: dict, prec: str) -> dict:
-    n_steps = raw["steps"]
-    parts = raw.get("graph_parts", {})
-    buckets = step_buckets(raw)
+def _rank_estimate(rec, fig: dict, prec: str) -> dict:
+    n_steps = rec.steps
+    parts = rec.graph_parts
+    buckets = rec.buckets
     seconds = _bucket_seconds(buckets, fig, prec, _graph_seconds(parts, fig, prec))
     if n_steps:
         step_seconds, i = _median_bucket(seconds[:n_steps])
@@ -352,7 +346,7 @@ def _rank_estimate(raw: dict, fig: dict, prec: str) -> dict:
         "collectives": (terms["collective latency"] + terms["collective bandwidth"]) / total,
     }
     return {
-        "rank": raw["rank"],
+        "rank": rec.rank,
         "step_seconds": step_seconds,
         "bucket_seconds": seconds,
         "per_step": bool(n_steps),
@@ -379,35 +373,70 @@ def _breakdown(scope: list, parts: dict, fig: dict, prec: str) -> tuple:
     terms = {"fixed": 0.0, "compute": 0.0, "memory": 0.0, "collective latency": 0.0, "collective bandwidth": 0.0}
     by_op: dict = {}
     tensor_flops: dict = {}
-    for ops, colls, graphs in scope:
-        for g, n in graphs:
+    for b in scope:
+        for g, n in b.graphs.items():
             ps = parts[g]
             e = by_op.setdefault((g, _graph_dtype(ps)), _breakdown_entry(g, _graph_dtype(ps)))
             e["count"] += n
             compute = memory = 0.0
-            for k, d, f, b, o in ps:
-                t, p = op_time(fig, k, d, f, b, o, prec)
+            for part in ps:
+                t, p = op_time(fig, *part, prec)
                 # Tensor Engine FLOPs only, as for ops: a fused kernel's count is of vector operations
-                _add_call(terms, e, t, p, f if k == "tensor" else 0, b, n)
+                _add_call(terms, e, t, p, part.flops if part.kind == "tensor" else 0, part.bytes, n)
                 compute, memory = compute + p["compute"], memory + p["memory"]
-                if k == "tensor":
-                    tensor_flops[d] = tensor_flops.get(d, 0) + f * n
+                if part.kind == "tensor":
+                    tensor_flops[part.dtype] = tensor_flops.get(part.dtype, 0) + part.flops * n
             e["compute_bound_calls"] += n if compute >= memory else 0
-        for name, d, k, f, b, o, n in ops:
-            if k == "view":
+        for c, n in b.ops.items():
+            if c.kind == "view":
                 continue
-            t, p = op_time(fig, k, d, f, b, o, prec)
-            e = by_op.setdefault((name, d), _breakdown_entry(name, d))
+            t, p = op_time(fig, c.kind, c.dtype, c.flops, c.bytes, c.operands, prec)
+            e = by_op.setdefault((c.op, c.dtype), _breakdown_entry(c.op, c.dtype))
             e["count"] += n
-            e["compute_bound_calls"] += n if _add_call(terms, e, t, p, f, b, n) else 0
-            if k == "tensor":
-                tensor_flops[d] = tensor_flops.get(d, 0) + f * n
-        for name, d, b, s, n in colls:
-            t, lat, bw = collective_time(fig, name, b, s)
+            e["compute_bound_calls"] += n if _add_call(terms, e, t, p, c.flops, c.bytes, n) else 0
+            if c.kind == "tensor":
+                tensor_flops[c.dtype] = tensor_flops.get(c.dtype, 0) + c.flops * n
+        for c, n in b.collectives.items():
+            t, lat, bw = collective_time(fig, c.kind, c.bytes, c.group_size)
             terms["collective latency"] += lat * n
             terms["collective bandwidth"] += bw * n
-            e = by_op.setdefault((f"c10d::{name}", d), _breakdown_entry(f"c10d::{name}", d))
+            name = f"c10d::{c.kind}"
+            e = by_op.setdefault((name, c.dtype), _breakdown_entry(name, c.dtype))
             e["count"] += n
-            e["bytes"] += b * n
+            e["bytes"] += c.bytes * n
             e["seconds"] += t * n
     return terms, by_op, tensor_flops
+
+
+class TimeModel:
+    """The time model for one chip at one LNC (on `instance`, for its NeuronLink and EFA), for
+    scripts that compose their own estimate (a benchmark's): one method per term."""
+
+    def __init__(self, chip: str, lnc: int, instance: str | None = None, fp32_precision: str = "highest"):
+        self.figures = core_figures(chip, lnc, instance)
+        self.instance = instance
+        self.fp32_precision = fp32_precision
+
+    def op_seconds(self, call) -> float:
+        """One call of an :class:`OpCall` or a :class:`GraphPart`."""
+        return op_time(self.figures, call.kind, call.dtype, call.flops, call.bytes, call.operands, self.fp32_precision)[
+            0
+        ]
+
+    def collective_seconds(self, kind: str, nbytes: int, group_size: int, across_instances: bool = False) -> float:
+        return collective_time(self.figures, kind, nbytes, group_size, across_instances)[0]
+
+    @staticmethod
+    def pipeline_seconds(stage_seconds: list, microbatches: int) -> float:
+        return pipeline_seconds(stage_seconds, microbatches)
+
+    def bucket(self, recording, bucket) -> dict:
+        """Estimated ``seconds``, ``terms`` and matmul-like ``tensor_flops`` (by dtype) of one bucket
+        of `recording` (a step, or a region: ``recording.region(name)``)."""
+        terms, _, flops = _breakdown([bucket], recording.graph_parts, self.figures, self.fp32_precision)
+        return {"seconds": sum(terms.values()), "terms": terms, "tensor_flops": flops}
+
+    def estimate(self, recordings: list) -> dict:
+        """The estimate a report shows for these ranks' recordings (step time, terms, MFU, phases)."""
+        f = self.figures
+        return estimate(recordings, f["chip"], f["lnc"], self.fp32_precision, self.instance)

@@ -8,7 +8,6 @@ DIR/rank<RANK>.json; the script's exit status is this process's.
 
 from __future__ import annotations
 
-import json
 import os
 import runpy
 import sys
@@ -41,36 +40,28 @@ def main(argv: list[str]) -> int:
         def run():
             runpy.run_path(rest[0], run_name="__main__")
 
-    from ._collect import Collector
+    from ._session import Session
 
-    dry = None
-    if dry_run:
-        from ._dryrun import DryRun
-
-        dry = DryRun()
-        dry.start()
-    collector = Collector(dry)
-    collector.start()
-    rc = 0
+    session = Session(dry_run)
+    session.start()
+    rc, error, exit_code = 0, None, None
     try:
         run()
     except SystemExit as e:
         rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if rc:
-            collector.error = f"SystemExit: {e.code}"
+        exit_code = e.code
     except BaseException as e:  # the report says how the script ended
-        collector.failed(e)
-        traceback.print_exc()
-        rc = 1
+        error, rc = e, 1
     finally:
-        collector.stop()
-        if dry is not None:
-            dry.stop()
+        recording = session.stop(error)
+        if error is not None:
+            traceback.print_exception(error)
+        elif rc:
+            recording.error = f"SystemExit: {exit_code}"
         os.makedirs(raw_dir, exist_ok=True)
-        raw = collector.raw()
-        path = os.path.join(raw_dir, f"rank{raw['rank']}.json")
+        path = os.path.join(raw_dir, f"rank{recording.rank}.json")
         with open(path + ".tmp", "w") as f:
-            json.dump(raw, f)
+            f.write(recording.to_json())
         os.replace(path + ".tmp", path)
     return rc
 

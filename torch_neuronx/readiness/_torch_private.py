@@ -1,13 +1,18 @@
-"""Every private PyTorch detail the dry run relies on, in one place (torch 2.13).
+"""Every private PyTorch detail readiness relies on, in one place.
 
 The dry run runs a script under PyTorch's ``FakeTensorMode``: tensors carry shapes,
 dtypes, strides and devices but no data. A few behaviours of that mode, and of the
-code that runs under it, need help that no public API gives; each is here with the
-reason, so a PyTorch upgrade is checked in one file.
+code that runs under it, need help that no public API gives; the recorder reads a few
+facts PyTorch keeps privately (Dynamo's graph-break log, a collective's group). Each is
+here with the reason, and ``PATCH_POINTS`` lists them with the PyTorch version each was
+checked against, so a PyTorch upgrade is checked in one file
+(``tests/readiness/test_torch_private.py`` checks that each still exists).
 """
 
 from __future__ import annotations
 
+import dis
+import re
 import sys
 import threading
 import weakref
@@ -20,20 +25,6 @@ from torch._subclasses.fake_tensor import (
     FakeTensorMode,
 )
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
-
-__all__ = [
-    "FakeTensor",
-    "new_fake_mode",
-    "fake_process_group",
-    "forget_outputs",
-    "storage_key",
-    "local",
-    "is_wrapper",
-    "ForeachTap",
-    "ShardingCacheTap",
-    "StorageResizeTap",
-    "ThreadTap",
-]
 
 
 class _ReportingFakeMode(FakeTensorMode):
@@ -369,3 +360,100 @@ class StorageResizeTap:
             else:
                 del torch.UntypedStorage.resize_
             self._orig = None
+
+
+# -- what the recorder reads -----------------------------------------------------------------
+# Dynamo logs each graph break, with its user line, only to this (private) logger when enabled.
+GRAPH_BREAK_LOGGER = "torch._dynamo.symbolic_convert.__graph_breaks"
+GRAPH_BREAK_AT = re.compile(r"in user code at (.+?):(\d+)\s*\nGraph Break Reason: (.*)")
+
+
+def written_arguments(func, args):
+    """The tensor arguments an op writes in place (from its schema's alias annotations)."""
+    for a, spec in zip(args, func._schema.arguments):
+        if isinstance(a, torch.Tensor) and spec.alias_info is not None and spec.alias_info.is_write:
+            yield a
+
+
+def own_parameters(module) -> list:
+    """A module's own parameters (not its children's), without the generator's overhead."""
+    return [p for p in module._parameters.values() if p is not None]
+
+
+# Opcodes that branch on the value just computed: the Python value of a tensor feeds control flow.
+_BRANCH_OPS = frozenset(
+    op
+    for name, op in dis.opmap.items()
+    if name.startswith(("POP_JUMP", "JUMP_IF_")) or name in ("UNARY_NOT", "TO_BOOL", "ASSERT")
+)
+
+
+def branches_on_value(f) -> bool:
+    """True when the frame converts a tensor to a Python value to branch on it (``if t:``,
+    ``while not t:``, ``t and ...``, ``assert t``, ``if bool(t):``). Reads CPython's bytecode
+    at the running instruction: CPython 3.10-3.13's opcodes."""
+    if f is None:
+        return False
+    code = f.f_code.co_code
+    i = f.f_lasti  # a byte offset: the instruction running now
+    if code[i] in _BRANCH_OPS:
+        return True
+    if dis.opname[code[i]] not in ("CALL", "PRECALL"):
+        return False
+    i += 2
+    while i < len(code) and dis.opname[code[i]] in ("CACHE", "EXTENDED_ARG", "PRECALL", "CALL"):
+        i += 2
+    return i < len(code) and code[i] in _BRANCH_OPS
+
+
+def _has(path: str) -> bool:
+    """``"module:attr.attr"`` names something that exists."""
+    import importlib
+
+    module, _, attrs = path.partition(":")
+    try:
+        obj = importlib.import_module(module)
+    except ImportError:
+        return False
+    for a in attrs.split(".") if attrs else ():
+        if not hasattr(obj, a):
+            return False
+        obj = getattr(obj, a)
+    return True
+
+
+# Each private detail: (what, where it is used, checked against, what must still exist).
+PATCH_POINTS = (
+    ("FakeTensorMode.dispatch overridden", "new_fake_mode", "2.13.0",
+     "torch._subclasses.fake_tensor:FakeTensorMode.dispatch"),
+    ("the fake mode's tensor memo", "forget_outputs", "2.13.0",
+     "torch._subclasses.meta_utils:MetaConverter"),
+    ("FakeProcessGroup._create_internal", "fake_process_group", "2.13.0",
+     "torch._C._distributed_c10d:FakeProcessGroup._create_internal"),
+    ("optimizers' _foreach_supported_types", "ForeachTap", "2.13.0",
+     "torch.optim.optimizer:_foreach_supported_types"),
+    ("foreach utils' _foreach_supported_types", "ForeachTap", "2.13.0",
+     "torch.utils._foreach_utils:_foreach_supported_types"),
+    ("DTensor's sharding propagator cache", "ShardingCacheTap", "2.13.0",
+     "torch.distributed.tensor._sharding_prop:ShardingPropagator.propagate_op_sharding_non_cached"),
+    ("pushing a mode on another thread's dispatch stack", "ThreadTap", "2.13.0",
+     "torch._C:_push_on_torch_dispatch_stack"),
+    ("UntypedStorage.resize_ replaced on the class", "StorageResizeTap", "2.13.0",
+     "torch:UntypedStorage.resize_"),
+    ("running outside every dispatch mode", "run_real", "2.13.0",
+     "torch.utils._python_dispatch:_disable_current_modes"),
+    ("an op schema's alias annotations", "written_arguments", "2.13.0", "torch._C:FunctionSchema"),
+    ("Module._parameters", "own_parameters", "2.13.0", "torch.nn:Module.register_parameter"),
+    ("CPython bytecode at f_lasti", "branches_on_value", "3.11", "dis:opmap"),
+    ("Dynamo's graph-break logger and message", "GRAPH_BREAK_LOGGER", "2.13.0",
+     "torch._dynamo.symbolic_convert:InstructionTranslatorBase"),
+    ("fake_collectives.CollectiveOp (a collective's group and bytes)", "observers/collectives", "2.13.0",
+     "torch.distributed._tools.fake_collectives:CollectiveOp.get_comm_tensor_size"),
+    ("Dynamo's compile-start callbacks and counters", "observers/phases", "2.13.0",
+     "torch._dynamo.callback:callback_handler.register_start_callback"),
+)  # fmt: skip
+
+
+def missing_patch_points() -> list:
+    """The PATCH_POINTS whose private detail no longer exists in this PyTorch."""
+    return [p for p in PATCH_POINTS if not _has(p[3])]

@@ -1,0 +1,271 @@
+"""The dry executor: a script at its real size, on the simulator, with no data.
+
+Every neuron tensor, and every host tensor over 16 MiB (a model built on CPU before
+it moves), is a fake one: exact shapes, dtypes, strides and devices, no memory
+behind it, and every op on it runs its shape computation only (PyTorch's
+``FakeTensorMode``). Small host work on real inputs runs for real and keeps its
+values (a DeviceMesh's rank table, a sampler's permutation, token counts). The device's
+allocator accounting stays real: each new neuron storage is reserved on its core through
+the same allocator a real run uses (``torch.neuron.memory_allocated``, peaks, the cache of
+freed blocks and ``torch.OutOfMemoryError`` at the core's HBM capacity, raised by the op
+that would raise it on the device), recorded in the storage ledger, and released when the
+storage dies. What it cannot know, values, it answers by the value policy (``_values``).
+
+Modes, innermost first: the fake mode (``_torch_private.new_fake_mode``), this module's
+mode above it (accounting, value reads, real host work), and the recorder's above both.
+The lower layers learn of a dry run through their hooks: process groups are PyTorch's fake
+one (``distributed.backend.set_backend_override``) and compiled graphs are partitioned
+without code generation (``_dynamo.backend.compile_without_codegen``).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import torch
+
+from .. import _C
+from .._dynamo import backend as _compile_backend
+from ..distributed import backend as _c10d_backend
+from . import _torch_private as _tp
+from ._cost import PRIM_DEVICE
+from ._ledger import StorageLedger, StorageRecord
+from ._observers.fallbacks import WouldBeFallbacks
+from ._record import MemoryCategory
+from ._sites import frame_site, user_frame
+from ._values import Values, ValueUnknownError
+
+_aten = torch.ops.aten
+# Host (CPU) ops on real inputs whose results are under this size run for real, so small
+# host work keeps its values: a DeviceMesh's rank table, a sampler's permutation, token
+# counts. Larger host tensors (a model built on CPU before it moves) are fake too.
+_REAL_HOST_BYTES = 16 << 20
+
+_active = None  # the DryExecutor running in this process
+
+
+class _Mode(torch.utils._python_dispatch.TorchDispatchMode):
+    """Sits just above the fake mode: accounts new neuron storages, answers value reads."""
+
+    def __init__(self, dry: "DryExecutor"):
+        super().__init__()
+        self.dry = dry
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        # Lets Dynamo trace a compiled region (as in a real run); the graph then runs here.
+        return True
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.dry._mode is not self:
+            # A thread the script started during the run and that outlived it (a pool's worker)
+            # still has the run's modes: its ops run for real, as in any other thread now.
+            return _tp.run_real(func, args, kwargs or {})
+        # One op at a time: a fake mode holds per-call state that threads must not share.
+        with self.dry._lock:
+            return self._dispatch(func, args, kwargs or {})
+
+    def _dispatch(self, func, args, kwargs):
+        if func is PRIM_DEVICE:  # a fake tensor's device, asked from C++: the fake mode answers
+            return func(*args)
+        if func is _aten._local_scalar_dense.default:
+            if not isinstance(args[0], _tp.FakeTensor):
+                return _tp.run_real(func, args, kwargs)  # a real host tensor has its value
+            return self.dry.values.read(args[0])
+        host = _tp.real_host_args(args, kwargs)
+        if host and (func.is_view or torch.Tag.inplace_view in func.tags):
+            # Views and metadata changes (set_ onto a storage, which is how safetensors points a
+            # tensor at a checkpoint's memory map; t_, ...) make no data: run them on the real
+            # tensors. A small result stays real, as its values exist; a large view goes fake
+            # below. The fake mode refuses metadata changes of real tensors.
+            out = _tp.run_real(func, args, kwargs)
+            if not func.is_view or _tp.small_host_result(out, _REAL_HOST_BYTES):
+                return out
+        # Large real inputs never reach the fake mode as they are: it would compute on them.
+        args, kwargs = _tp.fakeify(self.dry._fake, args, kwargs, _REAL_HOST_BYTES)
+        host = host and _tp.real_host_args(args, kwargs)
+        if host and _tp.host_result_is_small(func, args, kwargs, _REAL_HOST_BYTES):
+            return _tp.run_real(func, args, kwargs)
+        out = self._fake_run(func, args, kwargs, host)
+        if host and _tp.small_host_result(out, _REAL_HOST_BYTES):
+            return _tp.run_real(func, args, kwargs)
+        self.dry._after_op(func, args, out)
+        return out
+
+    @staticmethod
+    def _fake_run(func, args, kwargs, host: bool):
+        """The fake run of an op: shapes only (its real run, for real host inputs it cannot fake)."""
+        try:
+            return func(*args, **kwargs)
+        except Exception as e:
+            if host:  # real host inputs (pin_memory, nonzero of a host mask, ...): the values are there
+                return _tp.run_real(func, args, kwargs)
+            if not isinstance(e, _tp.DATA_DEPENDENT):
+                raise
+            raise ValueUnknownError(
+                f"dry run: {func.name()} at {frame_site(user_frame())} makes a tensor whose shape depends on "
+                "tensor values, which a dry run does not compute. Run this script without --dry-run, or give "
+                "the op a fixed-size form (e.g. a mask instead of nonzero)."
+            ) from e
+
+
+class DryExecutor:
+    """Runs the code between ``start()`` and ``stop()`` with fake tensors and real accounting.
+
+    Everything in it that runs under the run's lock (an RLock: the mode's dispatch, the fake
+    mode's callback, storage finalizers and resizes, from any thread) enters through
+    ``_dispatch``, ``_on_fake_op``, ``_release`` or ``_on_resize``."""
+
+    dry = True
+    ignores_fake_tensors = False  # every tensor is a fake one: they are the run
+
+    def __init__(self):
+        self.ledger = StorageLedger(categorize=self._categories)
+        self.fallbacks = WouldBeFallbacks()
+        self.values = Values()
+        self._refs: dict = {}  # storage key -> weakref to the storage
+        self._modules: weakref.WeakSet = weakref.WeakSet()
+        self._optimizers: weakref.WeakSet = weakref.WeakSet()
+        self._fake = None
+        self._mode = None
+        self._taps = [_tp.StorageResizeTap(self._on_resize), _tp.ForeachTap(), _tp.ShardingCacheTap()]
+        # Threads the script starts run ops here too (and storages die in any thread).
+        self._lock = threading.RLock()
+        self._hooks = []
+
+    # -- lifecycle ---------------------------------------------------------------
+    def start(self) -> None:
+        global _active
+        if _active is not None:
+            raise RuntimeError("a dry run is already in progress in this process")
+        from torch.nn.modules.module import register_module_parameter_registration_hook
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        self._fake = _tp.new_fake_mode(self._on_fake_op)
+        self._fake.__enter__()
+        self._mode = _Mode(self)
+        self._mode.__enter__()
+        self._taps.append(_tp.ThreadTap([self._fake, self._mode]))
+        for tap in self._taps:
+            tap.install()
+        self._hooks = [
+            # not a global forward hook: torch.compile(module) warns about those
+            register_module_parameter_registration_hook(lambda m, name, p: self._modules.add(m)),
+            register_optimizer_step_pre_hook(lambda opt, args, kwargs: self._optimizers.add(opt)),
+        ]
+        _c10d_backend.set_backend_override(_tp.fake_process_group)
+        _compile_backend.compile_without_codegen("dry run")
+        _active = self
+
+    def stop(self) -> None:
+        global _active
+        _compile_backend.compile_without_codegen(None)
+        _c10d_backend.set_backend_override(None)
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        for tap in self._taps:
+            tap.remove()
+        del self._taps[3:]  # the thread tap is made anew at each start
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            self._fake.__exit__(None, None, None)
+            self._mode = None
+        _active = None
+
+    def failed(self, exc: BaseException) -> None:
+        """transformers' error for a directory without weights gets the dry run's way out as a note."""
+        from ._checkpoint import _note_missing_weights
+
+        _note_missing_weights(exc)
+
+    def contribute(self, recording) -> None:
+        recording.dry_run = True
+        recording.value_reads = self.values.record()
+
+    # -- accounting --------------------------------------------------------------
+    def _on_fake_op(self, func, args, kwargs, out) -> None:
+        """Every fake op, from the fake mode itself: ops on DTensor shards too. An op that reads
+        a storage this run holds is device work, and its new outputs are reserved; one that
+        reads none is metadata work on fakes a library made for it (or a factory, which the
+        mode above accounts)."""
+        with self._lock:
+            live = self.ledger.live
+            if any(_tp.storage_key(t)[0] in live for t in _tp.fake_inputs(args, kwargs)):
+                self._account_outputs(func, out)
+
+    def _account_outputs(self, func, out) -> None:
+        """Reserves each new neuron storage among an op's outputs, as the device's allocator would."""
+        name = None
+        for t in out if isinstance(out, (list, tuple)) else (out,):
+            if not isinstance(t, _tp.FakeTensor) or t.device.type != "neuron":
+                continue
+            key, st = _tp.storage_key(t)
+            if key in self.ledger.live:
+                continue
+            if name is None:
+                name = func.name()
+            self._account(key, st, st.nbytes(), t, name)
+
+    def _after_op(self, func, args, out) -> None:
+        outs = out if isinstance(out, (list, tuple)) else (out,)
+        tensors = [t for t in outs if isinstance(t, torch.Tensor)]
+        if not tensors:
+            return
+        _tp.forget_outputs(self._fake, tensors)
+        self._account_outputs(func, out)  # factories; the fake mode reported the others already
+        self.values.after_op(func, args, out)
+
+    def _account(self, key, st, nbytes: int, t, op: str) -> None:
+        core = t.device.index
+        token = _C._reserve(core, nbytes) if nbytes else 0  # raises torch.OutOfMemoryError where the device would
+        collective = op.startswith(("c10d::", "_c10d_functional::"))
+        rec = StorageRecord(nbytes, tuple(t.shape), str(t.dtype).replace("torch.", ""), op, core, collective, token)
+        self.ledger.add(key, rec)
+        self._refs[key] = weakref.ref(st, lambda _r, key=key: self._release(key))
+        self.ledger.note(core)
+
+    def _release(self, key) -> None:
+        with self._lock:
+            self._refs.pop(key, None)
+            rec = self.ledger.pop(key)
+            if rec is not None and rec.token:
+                _C._release(rec.token)
+
+    def _on_resize(self, storage, nbytes: int) -> None:
+        """FSDP2's storage resizes: the storage's memory is released or re-reserved."""
+        with self._lock:
+            # Only neuron storages have records; a fake tensor's storage itself is on "meta".
+            rec = self.ledger.live.get(storage._cdata)
+            if rec is None or rec.nbytes == nbytes:
+                return
+            token = _C._reserve(rec.core, nbytes) if nbytes else 0  # may raise OutOfMemoryError, as FSDP2's would
+            if rec.token:
+                _C._release(rec.token)
+            self.ledger.resize(rec, nbytes, token)
+            self.ledger.note(rec.core)
+
+    def _categories(self) -> dict:
+        """storage key -> MemoryCategory, for the storages parameters, gradients and optimizer state use now."""
+        cat = {}
+
+        def mark(t, c):
+            if isinstance(t, torch.Tensor):
+                t = _tp.local(t)
+                if t.device.type == "neuron":
+                    cat.setdefault(_tp.storage_key(t)[0], c)
+
+        params = []
+        for m in list(self._modules):
+            params.extend(_tp.own_parameters(m))
+        for opt in list(self._optimizers):
+            for g in opt.param_groups:
+                params.extend(g["params"])
+            for state in opt.state.values():
+                for v in state.values():
+                    mark(v, MemoryCategory.OPTIMIZER_STATE)
+        for p in params:
+            mark(p, MemoryCategory.PARAMETERS)
+            mark(p.grad, MemoryCategory.GRADIENTS)
+        return cat

@@ -1,0 +1,341 @@
+"""The recording: what one process's run did, as typed records.
+
+The recorder writes a :class:`Recording`; the time model, the report and the benchmarks
+read it. ``to_json`` / ``from_json`` are its one serialisation (``torch-neuronx check``
+merges the ranks' files; tests and benchmarks pin recordings), versioned so that a saved
+recording keeps loading: version 1 is the positional layout written before these types.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import enum
+import json
+from typing import NamedTuple
+
+VERSION = 2
+
+
+class OpCall(NamedTuple):
+    """One kind of op call, as the time model sees it (the key its calls are counted under)."""
+
+    op: str  # ATen name, e.g. "aten::mm"
+    dtype: str
+    kind: str  # "tensor" (Tensor Engine), "vector", "view"
+    flops: int
+    bytes: int  # HBM bytes moved
+    operands: int  # DMA transfers: inputs and outputs
+
+
+class CollectiveCall(NamedTuple):
+    """One kind of collective call."""
+
+    kind: str  # c10d name without namespace and overload, e.g. "allreduce"
+    dtype: str
+    bytes: int
+    group_size: int
+
+
+class GraphPart(NamedTuple):
+    """A part of one run of a compiled graph, timed like an op: a matmul-like node, or the one
+    ``"fused"`` kernel of all other nodes (its flops are vector operations)."""
+
+    kind: str
+    dtype: str
+    flops: int
+    bytes: int
+    operands: int
+
+
+@dataclasses.dataclass(eq=False)  # buckets are told apart by identity while they record
+class Bucket:
+    """Counts of calls in one span of the run: an optimizer step, a region, a generation phase."""
+
+    ops: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # OpCall -> calls
+    collectives: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # CollectiveCall
+    graphs: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # graph name -> runs
+    name: str | None = None  # a region's name
+    phase: str | None = None  # a generation forward's: "prefill" or "decode"
+    tokens: int | None = None  # tokens per sequence of that forward
+
+    def typed(self) -> "Bucket":
+        """The same bucket with its keys as the record types (the recorder counts plain tuples)."""
+        return dataclasses.replace(
+            self,
+            ops=collections.Counter({OpCall._make(k): n for k, n in self.ops.items()}),
+            collectives=collections.Counter({CollectiveCall._make(k): n for k, n in self.collectives.items()}),
+            graphs=collections.Counter(self.graphs),
+        )
+
+
+class MemoryCategory(str, enum.Enum):
+    """What holds a storage at the memory peak."""
+
+    PARAMETERS = "parameters"
+    GRADIENTS = "gradients"
+    OPTIMIZER_STATE = "optimizer state"
+    COLLECTIVE_BUFFERS = "collective buffers"
+    ACTIVATIONS = "activations and temporaries"
+
+
+@dataclasses.dataclass
+class TopTensor:
+    """A live storage at the snapshot: its size, the first tensor seen on it, the op that made it."""
+
+    bytes: int
+    shape: list
+    dtype: str
+    op: str
+    kind: str | None = None  # a MemoryCategory's value, where the run knows it
+
+
+@dataclasses.dataclass
+class MemorySnapshot:
+    """The live storages of a core at its highest usage seen (within the ledger's step)."""
+
+    at: int = 0
+    top: list = dataclasses.field(default_factory=list)  # TopTensor, largest first
+    breakdown: dict | None = None  # MemoryCategory value -> bytes, where the run knows it
+
+
+@dataclasses.dataclass
+class CoreMemory:
+    """One logical core's memory over the run."""
+
+    peak_allocated: int
+    peak_reserved: int
+    capacity: int
+    num_ooms: int
+    series: list  # (seconds since start, allocated, reserved)
+    snapshot: MemorySnapshot
+
+
+@dataclasses.dataclass
+class Fallback:
+    """Calls of an op that (would) run on the host CPU, by where they were issued."""
+
+    op: str
+    dtype: str
+    reason: str
+    count: int
+    sites: dict  # "path:line (function)" -> calls
+
+
+@dataclasses.dataclass
+class CompileRecord:
+    """What torch.compile did during the run (Dynamo's counters are process-wide: deltas)."""
+
+    graphs: list = dataclasses.field(default_factory=list)
+    recompilations: list = dataclasses.field(default_factory=list)
+    fallbacks: list = dataclasses.field(default_factory=list)
+    graph_break_counts: dict = dataclasses.field(default_factory=dict)  # reason -> count
+    graph_breaks: list = dataclasses.field(default_factory=list)  # {"reason", "site", "count"}
+    step_recompilations: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class ValueRead:
+    """A dry run's read of a tensor value it did not have: answered with ``value``."""
+
+    site: str
+    kind: str  # "int", "float", "bool", "bool (library branch)"; for an assumed check, the check
+    value: object
+    count: int
+    assumed: bool = False  # a finiteness check answered as if the data were finite
+
+
+@dataclasses.dataclass
+class Generation:
+    """Top-level forwards while no optimizer step ran: the phases of a generation."""
+
+    forwards: list = dataclasses.field(default_factory=list)  # Bucket with phase and tokens
+    compiled_outside: bool = False  # a compiled graph ran outside an eager forward
+
+
+@dataclasses.dataclass
+class Recording:
+    """One process's (one rank's) run."""
+
+    rank: int = 0
+    world_size: int = 1
+    instance_type: str = "trn2.3xlarge"
+    lnc: int = 2
+    steps: int = 0  # optimizer steps seen
+    fp32_precision: str = "highest"
+    wall_seconds: float = 0.0
+    buckets: list = dataclasses.field(default_factory=lambda: [Bucket()])  # one per step, then the rest
+    graph_parts: dict = dataclasses.field(default_factory=dict)  # graph name -> [GraphPart]
+    regions: list = dataclasses.field(default_factory=list)  # Bucket with its name, in order of entry
+    generation: Generation = dataclasses.field(default_factory=Generation)
+    fallbacks: list = dataclasses.field(default_factory=list)  # Fallback
+    memory: dict = dataclasses.field(default_factory=dict)  # core -> CoreMemory
+    compile: CompileRecord = dataclasses.field(default_factory=CompileRecord)
+    recorder_errors: dict = dataclasses.field(default_factory=dict)  # what could not be recorded -> times
+    error: str | None = None  # how the run ended, when it raised
+    dry_run: bool = False
+    value_reads: list = dataclasses.field(default_factory=list)  # ValueRead (dry run)
+    extra: dict = dataclasses.field(default_factory=dict)  # a caller's own keys (benchmarks)
+
+    def region(self, name: str) -> Bucket:
+        """The region of that name (the first, when it was entered more than once)."""
+        for b in self.regions:
+            if b.name == name:
+                return b
+        raise KeyError(f"no region {name!r} in this recording; it has {[b.name for b in self.regions]}")
+
+    def for_estimate(self) -> "Recording":
+        """A copy with only what the time model reads (a pinned recording stays small)."""
+        return dataclasses.replace(
+            self, memory={}, fallbacks=[], compile=CompileRecord(), value_reads=[], recorder_errors={}
+        )
+
+    def to_json(self, **dump) -> str:
+        """The recording as JSON (the current version), e.g. to pin it in a test."""
+        return json.dumps(_to_dict(self), **dump)
+
+    @classmethod
+    def from_json(cls, data) -> "Recording":
+        """A recording from :meth:`to_json`'s text (or its parsed dict), of any version."""
+        d = json.loads(data) if isinstance(data, (str, bytes)) else data
+        version = d.get("version", 1)
+        if version == 1:
+            return _from_v1(d)
+        if version != VERSION:
+            raise ValueError(
+                f"recording version {version} is newer than this torch-neuronx reads ({VERSION}); "
+                "upgrade torch-neuronx to read it"
+            )
+        return _from_dict(d)
+
+
+# -- serialisation ----------------------------------------------------------------------
+def _bucket_to_dict(b: Bucket) -> dict:
+    d = {
+        "ops": [{**OpCall._make(k)._asdict(), "calls": n} for k, n in b.ops.items()],
+        "collectives": [{**CollectiveCall._make(k)._asdict(), "calls": n} for k, n in b.collectives.items()],
+        "graphs": [{"graph": g, "runs": n} for g, n in b.graphs.items()],
+    }
+    for key in ("name", "phase", "tokens"):
+        if getattr(b, key) is not None:
+            d[key] = getattr(b, key)
+    return d
+
+
+def _bucket_from_dict(d: dict) -> Bucket:
+    def counted(rows, typ, count):
+        return collections.Counter({typ(**{f: r[f] for f in typ._fields}): r[count] for r in rows})
+
+    return Bucket(
+        ops=counted(d.get("ops", []), OpCall, "calls"),
+        collectives=counted(d.get("collectives", []), CollectiveCall, "calls"),
+        graphs=collections.Counter({r["graph"]: r["runs"] for r in d.get("graphs", [])}),
+        name=d.get("name"),
+        phase=d.get("phase"),
+        tokens=d.get("tokens"),
+    )
+
+
+def _to_dict(r: Recording) -> dict:
+    d = {"version": VERSION}
+    for f in dataclasses.fields(r):
+        d[f.name] = getattr(r, f.name)
+    d["buckets"] = [_bucket_to_dict(b) for b in r.buckets]
+    d["regions"] = [_bucket_to_dict(b) for b in r.regions]
+    d["graph_parts"] = {g: [p._asdict() for p in map(GraphPart._make, ps)] for g, ps in r.graph_parts.items()}
+    d["generation"] = {
+        "compiled_outside": r.generation.compiled_outside,
+        "forwards": [_bucket_to_dict(b) for b in r.generation.forwards],
+    }
+    d["fallbacks"] = [dataclasses.asdict(f) for f in r.fallbacks]
+    d["memory"] = {str(c): _memory_to_dict(m) for c, m in r.memory.items()}
+    d["compile"] = dataclasses.asdict(r.compile)
+    d["value_reads"] = [dataclasses.asdict(v) for v in r.value_reads]
+    return d
+
+
+def _memory_to_dict(m: CoreMemory) -> dict:
+    d = dataclasses.asdict(m)
+    if m.snapshot.breakdown is not None:
+        d["snapshot"]["breakdown"] = {MemoryCategory(k).value: v for k, v in m.snapshot.breakdown.items()}
+    return d
+
+
+def _memory_from_dict(d: dict) -> CoreMemory:
+    s = d["snapshot"]
+    snap = MemorySnapshot(s["at"], [TopTensor(**t) for t in s["top"]], s.get("breakdown"))
+    return CoreMemory(
+        d["peak_allocated"], d["peak_reserved"], d["capacity"], d["num_ooms"], [tuple(p) for p in d["series"]], snap
+    )
+
+
+def _from_dict(d: dict) -> Recording:
+    gen = d.get("generation") or {}
+    return Recording(
+        **{k: d[k] for k in _SCALARS if k in d},
+        buckets=[_bucket_from_dict(b) for b in d.get("buckets", [{}])],
+        regions=[_bucket_from_dict(b) for b in d.get("regions", [])],
+        graph_parts={g: [GraphPart(**p) for p in ps] for g, ps in d.get("graph_parts", {}).items()},
+        generation=Generation(
+            [_bucket_from_dict(b) for b in gen.get("forwards", [])], gen.get("compiled_outside", False)
+        ),
+        fallbacks=[Fallback(**f) for f in d.get("fallbacks", [])],
+        memory={int(c): _memory_from_dict(m) for c, m in d.get("memory", {}).items()},
+        compile=CompileRecord(**d.get("compile", {})),
+        recorder_errors=dict(d.get("recorder_errors", {})),
+        value_reads=[ValueRead(**v) for v in d.get("value_reads", [])],
+        extra=dict(d.get("extra", {})),
+    )
+
+
+_SCALARS = ("rank", "world_size", "instance_type", "lnc", "steps", "fp32_precision", "wall_seconds", "error", "dry_run")
+
+
+def _from_v1(d: dict) -> Recording:
+    """The positional layout of recordings written before version 2 (saved pins load as they are)."""
+
+    def bucket(ops=(), colls=(), graphs=(), **named) -> Bucket:
+        return Bucket(
+            ops=collections.Counter({OpCall(*row[:6]): row[6] for row in ops}),
+            collectives=collections.Counter({CollectiveCall(*row[:4]): row[4] for row in colls}),
+            graphs=collections.Counter({row[0]: row[1] for row in graphs}),
+            **named,
+        )
+
+    graphs = d.get("graphs") or [[]] * len(d.get("ops", [[]]))
+    fw = d.get("forwards") or {}
+    known = set(_SCALARS) | {"ops", "collectives", "graphs", "graph_parts", "forwards", "fallbacks", "memory"}
+    known |= {"compile", "collector_errors", "dry_run"}
+    return Recording(
+        **{k: d[k] for k in _SCALARS if k in d and k != "dry_run"},
+        buckets=[bucket(o, c, g) for o, c, g in zip(d.get("ops", [[]]), d.get("collectives", [[]]), graphs)],
+        graph_parts={g: [GraphPart(*p) for p in ps] for g, ps in d.get("graph_parts", {}).items()},
+        generation=Generation(
+            [
+                bucket(b["ops"], b["collectives"], b["graphs"], phase=b["phase"], tokens=b["tokens"])
+                for b in fw.get("buckets", [])
+            ],
+            fw.get("compiled_outside", False),
+        ),
+        fallbacks=[Fallback(**f) for f in d.get("fallbacks", [])],
+        memory={int(c): _v1_memory(m) for c, m in d.get("memory", {}).items()},
+        compile=CompileRecord(**d["compile"]) if "compile" in d else CompileRecord(),
+        recorder_errors=dict(d.get("collector_errors") or {}),
+        dry_run=d.get("dry_run") is not None,
+        value_reads=_v1_reads(d.get("dry_run")),
+        extra={k: v for k, v in d.items() if k not in known},
+    )
+
+
+def _v1_memory(m: dict) -> CoreMemory:
+    snap = MemorySnapshot(m["top_tensors_at"], [TopTensor(**t) for t in m["top_tensors"]], m.get("breakdown"))
+    return CoreMemory(
+        m["peak_allocated"], m["peak_reserved"], m["capacity"], m["num_ooms"], [tuple(p) for p in m["series"]], snap
+    )
+
+
+def _v1_reads(dry: dict | None) -> list:
+    if not dry:
+        return []
+    reads = [ValueRead(v["site"], v["kind"], v["placeholder"], v["count"]) for v in dry["value_reads"]]
+    return reads + [ValueRead(a["site"], a["check"], a["value"], a["count"], True) for a in dry["assumed"]]

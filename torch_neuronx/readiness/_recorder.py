@@ -1,0 +1,168 @@
+"""The recorder: one dispatch mode that hands every op reaching the device to the observers.
+
+It keeps per-bucket aggregates, not a trace, so its cost stays a few microseconds per op.
+Facts counted elsewhere are read from their owners: which ops fall back to CPU (the
+device's count, or in a dry run what the device says would), memory (``torch.neuron``
+allocator counters and the executor's storage ledger), compile metrics
+(``torch.neuron.get_dynamo_metrics``), graph-break locations (Dynamo's own log).
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from neuronsim import settings as _settings
+
+from .. import _C
+from . import _torch_private
+from ._cost import PRIM_DEVICE, FuncInfo, dtype_name, moved_bytes, outputs, tensors
+from ._observers.collectives import collective_key
+from ._observers.compile import Compile
+from ._observers.fallbacks import Fallbacks
+from ._observers.graphs import Graphs
+from ._observers.memory import Memory
+from ._observers.phases import Phases
+from ._observers.spans import Spans
+from ._record import Recording
+
+
+class _Mode(TorchDispatchMode):
+    def __init__(self, recorder: "Recorder"):
+        super().__init__()
+        self.r = recorder
+        self.strategy = recorder.fallbacks.strategy
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        # Off while torch.compile traces (so Dynamo still compiles), on while compiled code runs.
+        return True
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is PRIM_DEVICE:  # a device query (half of a dry run's calls): nothing to record
+            return func(*args)
+        kwargs = kwargs or {}
+        strategy = self.strategy
+        token = strategy.before()
+        out = func(*args, **kwargs)
+        try:
+            self.r.on_op(func, args, kwargs, out, strategy.after(token))
+        except Exception as e:  # never break the user's run; say so in the report
+            self.r.errors[f"{func}: {type(e).__name__}: {e}"] += 1
+        return out
+
+
+def _device_and_dtype(ins: list, outs: list) -> tuple:
+    """(the core an op ran on, its dtype's name): the first neuron output's core (else input's),
+    the first floating input's dtype (else the first tensor's); core None for a host op."""
+    core = next((t.device.index for t in outs or ins if t.device.type == "neuron"), None)
+    if core is None:
+        core = next((t.device.index for t in ins if t.device.type == "neuron"), None)
+    dtype = next((t.dtype for t in ins or outs if t.is_floating_point()), None)
+    if dtype is None and (ins or outs):
+        dtype = (ins or outs)[0].dtype
+    return core, dtype_name(dtype)
+
+
+class Recorder:
+    """Records one process's run with an executor (real or dry); ``start()``, ``stop()``, then
+    ``recording()``."""
+
+    def __init__(self, executor):
+        self.executor = executor
+        self.errors: collections.Counter = collections.Counter()
+        self.spans = Spans()
+        self.phases = Phases(self.spans)
+        self.graphs = Graphs(self.spans, self.phases, self.errors)
+        self.fallbacks = Fallbacks(executor.fallbacks)
+        self.memory = Memory(executor.ledger, track_outputs=not executor.dry)
+        self.compile = Compile(self.spans)
+        self._funcs: dict = {}
+        self._mode = None
+        self._t0 = 0.0
+        self.wall_seconds = 0.0
+        self.error = None
+
+    def start(self) -> None:
+        import torch.utils.flop_counter  # noqa: F401  (slow first import: not inside the first op)
+
+        self._t0 = time.perf_counter()
+        self.compile.start()
+        self.memory.start()
+        self.spans.on_step(self.memory.sample_all)
+        self.spans.start()
+        self.phases.start()
+        self.graphs.start()
+        self._mode = _Mode(self)
+        self._mode.__enter__()
+
+    def stop(self) -> None:
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            self._mode = None
+            self.graphs.stop()
+        self.spans.stop()
+        self.phases.stop()
+        self.compile.stop()
+        self.memory.stop()
+        self.wall_seconds = time.perf_counter() - self._t0
+
+    def failed(self, exc: BaseException) -> None:
+        """Record the exception the run ended with, and its notes (the executor's first)."""
+        self.executor.failed(exc)
+        self.error = "\n".join([f"{type(exc).__name__}: {exc}"] + getattr(exc, "__notes__", []))
+
+    def on_op(self, func, args, kwargs, out, early_fallback) -> None:
+        """One op call; `early_fallback` is the reason a real run's op fell back, if it did."""
+        info = self._funcs.get(func)
+        if info is None:
+            info = self._funcs[func] = FuncInfo(func)
+        ins, outs = tensors(kwargs.values(), tensors(args, [])), outputs(out)
+        for t in outs or ins:
+            if _torch_private.is_wrapper(t):
+                return  # DTensor and the like: their local tensors' ops are the ones that run
+            if self.executor.ignores_fake_tensors and isinstance(t, _torch_private.FakeTensor):
+                return
+        core, dname = _device_and_dtype(ins, outs)
+        if core is None or info.kind == "none":
+            return  # a host op runs on the host CPU on Trainium too
+        name, kind = info.name, info.kind
+        if kind == "collective":
+            if not name.startswith("_c10d_functional::wait_tensor"):  # a wait moves no data
+                self.spans.count_collective(collective_key(func, args, kwargs, out, dname))
+        elif self.graphs.in_graph():
+            self.fallbacks.check(func, name, ins, outs, early_fallback)
+        elif kind == "view":
+            self.spans.count_op((name, dname, kind, 0, 0, 0))
+        else:
+            flops = int(info.flops(*args, **kwargs, out_val=out)) if info.flops is not None else 0
+            self.spans.count_op((name, dname, kind, flops, moved_bytes(name, ins, outs), len(ins) + len(outs)))
+            self.fallbacks.check(func, name, ins, outs, early_fallback)
+        self.memory.after_op(core, outs, name)
+
+    def recording(self) -> Recording:
+        """This process's recording (call after ``stop()``)."""
+        info = _C._instance_info()
+        r = Recording(
+            rank=_settings.get("RANK"),
+            world_size=_settings.get("WORLD_SIZE"),
+            instance_type=info["instance_type"],
+            lnc=info["logical_nc_config"],
+            steps=self.spans.n_steps,
+            fp32_precision=torch.get_float32_matmul_precision(),
+            wall_seconds=round(self.wall_seconds, 4),
+            buckets=[b.typed() for b in self.spans.steps],
+            graph_parts=dict(self.graphs.parts),
+            regions=[b.typed() for b in self.spans.regions],
+            generation=self.phases.record(),
+            fallbacks=self.fallbacks.record(),
+            memory=self.memory.record(),
+            compile=self.compile.record(),
+            recorder_errors=dict(self.errors),
+            error=self.error,
+        )
+        self.executor.contribute(r)
+        return r
