@@ -54,13 +54,18 @@ def test_llama31_70b_on_32_trn1_32xlarge_is_pinned():
     assert row["mfu"] == pytest.approx(LLAMA_MFU, rel=1e-3)
 
 
-def test_rows_share_the_keys_the_table_merges_on():
+def test_every_row_has_the_keys_the_table_merges_on():
+    import published_inference
+
     keys = {"figure", "configuration", "aws", "estimate", "unit", "ratio", "mfu"}
-    rows = [published.bert_row(_recording("bert"))]
-    assert all(set(r) == keys for r in rows)
+    inference = published_inference.recording(str(DATA / "llama405b_tp64_raw.json"))
+    rows = [published.bert_row(_recording("bert")), published.llama_row(_recording("llama70b"))]
+    rows += [f(inference) for f in published_inference.ROWS]  # these add what dominates each phase
+    assert [sorted(keys - set(r)) for r in rows] == [[]] * 4
     table = published.to_markdown(rows).splitlines()
-    assert table[0] == "| configuration | AWS | estimate | ratio | implied MFU |"
+    assert table[0] == "| configuration | AWS | estimate | ratio | implied MFU |" and len(table) == 2 + 4
     assert table[2].startswith("| BERT-Large phase-1 pre-training throughput: trn1.32xlarge, DP=32")
+    assert table[5].startswith("| Llama-3.1-405B inference: time per output token")
 
 
 # -- the model terms they need ----------------------------------------------------------------

@@ -90,18 +90,17 @@ def listening() -> bool:
 
 
 class _compiled_graph:
-    __slots__ = ("_device", "_span", "_listener")
+    __slots__ = ("_device", "_span", "_run")
 
     def __init__(self, device: int):
         self._device = device
         self._span = None
-        self._listener = None
+        self._run = None
 
     def __enter__(self):
-        listener = _listener
-        if listener is not None:
-            self._listener = listener
-            listener.graph_enter(sys._getframe(1).f_code.co_filename)
+        if _listener is not None:  # the generated module's file is the graph's key
+            self._run = graph_run(sys._getframe(1).f_code.co_filename)
+            self._run.__enter__()
         if _C._device_tracing():
             filename = sys._getframe(1).f_code.co_filename
             name = _names.get(filename) or f"graph {os.path.splitext(os.path.basename(filename))[0]}"
@@ -113,7 +112,7 @@ class _compiled_graph:
         if self._span is not None:
             span, self._span = self._span, None
             span.__exit__(*exc)
-        if self._listener is not None:
-            listener, self._listener = self._listener, None
-            listener.graph_exit()
+        if self._run is not None:
+            run, self._run = self._run, None
+            run.__exit__(*exc)
         return False

@@ -1,4 +1,4 @@
-"""Rendering the report's data: the summary lines and the sections Markdown and HTML share."""
+"""Laying out the report's data: the sections Markdown and HTML share, and the summary's phrases."""
 
 from __future__ import annotations
 

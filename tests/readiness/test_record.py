@@ -1,0 +1,97 @@
+"""The typed recording: what the recorder writes, the time model and the report read, and JSON keeps."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import torch_neuronx
+from torch_neuronx.readiness import Recording, region
+from torch_neuronx.readiness._record import VERSION, Bucket, CollectiveCall, OpCall
+
+DATA = Path(__file__).parent / "data"
+
+
+def _train(steps=2):
+    m = torch.nn.Linear(32, 32).to("neuron")
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    for _ in range(steps):
+        m(torch.randn(4, 32, device="neuron")).sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+
+def test_a_recording_survives_json_with_its_types():
+    with torch_neuronx.readiness() as r:
+        _train()
+        torch.ones(3, device="neuron", dtype=torch.float64).cumsum(0)  # a fallback
+    rec = r.recording
+    back = Recording.from_json(rec.to_json())
+    assert back.to_json() == rec.to_json()
+    assert json.loads(rec.to_json())["version"] == VERSION
+    assert back.steps == 2 and len(back.buckets) == 3
+    mm = [k for k in back.buckets[0].ops if k.op == "aten::addmm"]
+    assert mm and isinstance(mm[0], OpCall) and mm[0].flops == 2 * 4 * 32 * 32
+    assert {f.op for f in back.fallbacks} == {"aten::ones", "aten::cumsum"}  # float64: not native
+    assert [(f.op, f.count) for f in back.fallbacks] == [(f.op, f.count) for f in rec.fallbacks]
+    (core,) = back.memory
+    assert back.memory[core].peak_allocated == rec.memory[core].peak_allocated > 0
+
+
+def test_pinned_recordings_of_the_first_layout_load():
+    """Recordings saved before the typed layout (positional rows) load as the same records."""
+    rec = Recording.from_json((DATA / "llama405b_tp64_raw.json").read_text())
+    prefill, *decodes = rec.generation.forwards
+    assert prefill.phase == "prefill" and prefill.tokens == 10_240 and {d.phase for d in decodes} == {"decode"}
+    assert CollectiveCall("reduce_scatter_base", "bfloat16", 335544320, 64) in prefill.collectives
+    assert rec.extra["layers"] == 126  # a benchmark's own key, kept
+    # and they say so when they come from a newer version than this one reads
+    with pytest.raises(ValueError, match="newer than this torch-neuronx reads"):
+        Recording.from_json({"version": VERSION + 1})
+
+
+def test_regions_count_what_runs_inside_them_besides_the_step():
+    with torch_neuronx.readiness() as r:
+        x = torch.ones(8, device="neuron")
+        with region("twice"):
+            x.add(1)
+            with region("inner"):
+                x.mul(2)
+        with region("twice"):
+            x.add(1)
+    rec = r.recording
+    assert [b.name for b in rec.regions] == ["twice", "inner", "twice"]
+    ops = lambda b: sorted(k.op for k, n in b.ops.items() for _ in range(n))  # noqa: E731
+    assert ops(rec.regions[0]) == ["aten::add.Tensor", "aten::mul.Tensor"]
+    assert ops(rec.regions[1]) == ["aten::mul.Tensor"] and ops(rec.region("twice")) == ops(rec.regions[0])
+    assert ops(rec.buckets[0]).count("aten::add.Tensor") == 2  # the step's bucket counts them all
+    with pytest.raises(KeyError, match="no region 'missing'"):
+        rec.region("missing")
+
+
+def test_a_region_outside_a_recording_does_nothing():
+    with region("nothing records"):
+        assert torch.ones(2, device="neuron").sum().item() == 2.0
+
+
+def test_the_time_model_estimates_a_region_as_a_report_does_a_step():
+    from torch_neuronx.readiness import TimeModel
+
+    with torch_neuronx.readiness() as r:
+        with region("step"):
+            _train(steps=1)
+    rec = r.recording
+    model = TimeModel("trn2", 2)
+    est = model.bucket(rec, rec.region("step"))
+    assert est["seconds"] == pytest.approx(model.bucket(rec, rec.buckets[0])["seconds"])
+    assert est["seconds"] == pytest.approx(r.report.data["estimates"][0]["step_seconds"])
+    # the forward's matmul and the weight gradient's (the input needs none)
+    assert est["tensor_flops"]["float32"] == 2 * (2 * 4 * 32 * 32)
+
+
+def test_bucket_keys_become_records():
+    b = Bucket()
+    b.ops[("aten::mm", "float32", "tensor", 8, 4, 3)] += 2
+    (k,) = b.typed().ops
+    assert k == OpCall("aten::mm", "float32", "tensor", 8, 4, 3) and k.bytes == 4 and b.typed().ops[k] == 2
