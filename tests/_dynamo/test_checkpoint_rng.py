@@ -80,15 +80,17 @@ def test_checkpointed_dropout_sdpa_matches_eager():
     state_compiled = torch.neuron.get_rng_state()
 
     # Gradients depend on the masks of the forward recomputed in backward: had the
-    # replay drawn fresh masks, they would not match the non-checkpointed model's.
-    assert torch.equal(got, want)
+    # replay drawn fresh masks, they would not match the non-checkpointed model's. The
+    # loss itself is Inductor's reduction against eager's: equal up to rounding (on CPUs
+    # with AVX-512 the two sum in another order), far closer than another mask would make it.
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=0)
     _assert_grads_close(_grads(compiled_model), _grads(eager))
     torch.testing.assert_close(x2.grad.cpu(), x.grad.cpu(), rtol=1e-5, atol=1e-5)
     # The replay restores the generator afterwards: like eager without
     # checkpointing, the step consumed only the forward's random numbers.
     assert torch.equal(state_compiled, state_eager)
-    # The masks really were random: a different seed gives a different loss.
-    assert not torch.equal(_step(eager, x, seed=2), want)
+    # The masks really were random: a different seed gives a loss far from this one.
+    assert abs(_step(eager, x, seed=2) - want) > 1e-3 * abs(want)
 
 
 def _tiny_llama(attention_dropout):

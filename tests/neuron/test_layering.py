@@ -82,9 +82,9 @@ READINESS = PACKAGE / "readiness"
 # The package's entry points, above readiness: `torch_neuronx.readiness` and `torch-neuronx check`.
 READINESS_IMPORTERS = {PACKAGE / "__init__.py", PACKAGE / "cli.py"}
 # What readiness may import of the rest of the package (documented in readiness/__init__.py):
-# the core, memory counters, the compiled-graph listener, and the hooks a dry run installs
-# its overrides through.
-READINESS_USES = {"_C", "neuron", "profiler", "distributed", "_dynamo"}
+# the core, where calls come from, memory counters, the compiled-graph listener, and the hooks
+# a dry run installs its overrides through.
+READINESS_USES = {"_C", "_sites", "neuron", "profiler", "distributed", "_dynamo"}
 
 
 def _absolute_imports(path: Path):

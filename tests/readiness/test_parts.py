@@ -87,7 +87,13 @@ def test_would_be_fallbacks_ask_the_device_once_per_op_and_dtypes():
 
 
 def test_compile_delta_is_the_runs_share_of_dynamos_counters():
-    m0 = {"graphs": ["g0"], "recompilations": [], "fallbacks": [], "graph_break_reasons": {"x": 1}, "num_recompilations": 2}
+    m0 = {
+        "graphs": ["g0"],
+        "recompilations": [],
+        "fallbacks": [],
+        "graph_break_reasons": {"x": 1},
+        "num_recompilations": 2,
+    }
     m1 = {"graphs": ["g0", "g1"], "recompilations": [{"graph": "g1"}], "fallbacks": [],
           "graph_break_reasons": {"x": 3, "y": 1}, "num_recompilations": 5}  # fmt: skip
     breaks = collections.Counter({("... in user code at t.py:7\nGraph Break Reason: x", "t.py:7"): 2})

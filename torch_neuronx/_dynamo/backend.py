@@ -11,6 +11,7 @@ raising; default from ``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION``, which is
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 import time
 import warnings
@@ -19,6 +20,7 @@ import torch
 
 from neuronsim import settings as _settings
 
+from .. import _sites
 from ..profiler import _graphs as _profiler_graphs
 from . import _inductor_glue as glue
 from . import cache, metrics
@@ -86,6 +88,18 @@ class _Options:
         if fallback is None:
             fallback = not _flag("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION")
         self.fallback_execution = bool(fallback)
+
+
+def _graph_site(gm) -> str | None:
+    """``file:line (function)`` of the graph: the outermost user frame of its first traced op (the
+    user's code Dynamo compiled), else the user's line that called the compiled code (a module of
+    torch.nn, whose frames a trace leaves out)."""
+    for node in gm.graph.nodes:
+        m = re.search(r'File "(.+?)", line (\d+), in (\S+)', node.meta.get("stack_trace") or "")
+        if m:
+            return f"{m.group(1)}:{m.group(2)} ({m.group(3)})"
+    f = _sites.user_frame()
+    return _sites.frame_site(f) if f is not None else None
 
 
 def _shape_sig(example_inputs) -> list:
@@ -220,7 +234,7 @@ def _compile(gm, example_inputs: list, opts: _Options, graph_name: str, names: l
     if _without_codegen is not None:
         # No data to run generated code on (a dry run): partitioned as for Inductor, run op by op.
         compiled = glue.partition_without_codegen(gm, example_inputs, graph_name)
-        metrics.record_graph(graph_name, _shape_sig(example_inputs), 0.0, _without_codegen)
+        metrics.record_graph(graph_name, _shape_sig(example_inputs), 0.0, _without_codegen, _graph_site(gm))
     else:
         compiled = _compile_with_inductor(gm, example_inputs, opts, graph_name)
     return _CopyIn(compiled, cpu_idx, device) if cpu_idx else compiled
@@ -295,7 +309,7 @@ def _compile_with_inductor(gm, example_inputs: list, opts: _Options, graph_name:
     seconds = time.perf_counter() - t0
     cache.record_entries(opts.model_name)
     outcome = _cache_outcome(before, _cache_counts(counters), use_cache and cache.persistent())
-    metrics.record_graph(graph_name, _shape_sig(example_inputs), seconds, outcome)
+    metrics.record_graph(graph_name, _shape_sig(example_inputs), seconds, outcome, _graph_site(gm))
     return compiled
 
 

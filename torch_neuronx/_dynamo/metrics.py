@@ -73,8 +73,8 @@ def reset_dynamo_metrics() -> None:
         _graph_break_base = _graph_break_counter()
 
 
-def record_graph(graph: str, shapes, seconds: float, cache: str) -> None:
-    """One compiled graph; cache is "hit", "miss" or "disabled"."""
+def record_graph(graph: str, shapes, seconds: float, cache: str, site: str | None = None) -> None:
+    """One compiled graph; cache is "hit", "miss" or "disabled"; site: where its code begins."""
     with _lock:
         _state["graphs_compiled"] += 1
         _state["compile_seconds"] += seconds
@@ -82,7 +82,8 @@ def record_graph(graph: str, shapes, seconds: float, cache: str) -> None:
             _state["cache_hits"] += 1
         elif cache == "miss":
             _state["cache_misses"] += 1
-        _state["graphs"].append({"graph": graph, "shapes": shapes, "seconds": round(seconds, 4), "cache": cache})
+        entry = {"graph": graph, "shapes": shapes, "seconds": round(seconds, 4), "cache": cache}
+        _state["graphs"].append(entry if site is None else {**entry, "site": site})
 
 
 def add_compile_seconds(seconds: float) -> None:

@@ -47,6 +47,17 @@ def _release_backends(everything: bool = False) -> None:
 
 
 _override = None  # creates the backend instead of gloo, while set
+_group_listeners: list = []  # told of every group this process joins
+
+
+def add_group_listener(listener) -> None:
+    """Call `listener(name, global_ranks)` for every neuron group this process joins from now on."""
+    _group_listeners.append(listener)
+
+
+def remove_group_listener(listener) -> None:
+    if listener in _group_listeners:
+        _group_listeners.remove(listener)
 
 
 def set_backend_override(create) -> None:
@@ -61,6 +72,8 @@ def _create_backend(opts, backend_options=None):
     """c10d creator (extended API): a gloo backend for the group's ranks (or the override's)."""
     from torch.distributed import ProcessGroupGloo
 
+    for listener in list(_group_listeners):
+        listener(opts.group_id, list(opts.global_ranks_in_group or range(opts.group_size)))
     # Joining a group does not initialise the device, as with NCCL for CUDA: DeviceMesh
     # then binds a rank that never chose its device (LOCAL_RANK, else rank % devices)
     # through torch.neuron.set_device, which initialises it.

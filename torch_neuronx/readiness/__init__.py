@@ -15,9 +15,10 @@ rendering) and the time model (``_estimate``), which read only the typed recordi
 with its value policy ``_values``) and the recorder (``_recorder`` and its ``_observers``),
 which write the recording and the storage ledger (``_ledger``). Every private PyTorch detail
 is in ``_torch_private``. Of the rest of torch_neuronx, readiness imports only ``_C``,
-``neuron`` (memory counters), ``profiler`` (the compiled-graph listener), and the hooks of
-``distributed`` and ``_dynamo`` a dry run installs its overrides through; nothing below
-imports readiness (``tests/neuron/test_layering.py``).
+``_sites`` (where a call came from), ``neuron`` (memory counters), ``profiler`` (the
+compiled-graph listener), and the hooks of ``distributed`` (process-group override, groups
+joined) and ``_dynamo`` (compiling without code generation) a dry run and the recorder use;
+nothing below imports readiness (``tests/neuron/test_layering.py``).
 """
 
 from __future__ import annotations

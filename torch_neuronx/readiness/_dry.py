@@ -27,13 +27,13 @@ import torch
 
 from .. import _C
 from .._dynamo import backend as _compile_backend
+from .._sites import frame_site, user_frame
 from ..distributed import backend as _c10d_backend
 from . import _torch_private as _tp
 from ._cost import PRIM_DEVICE
 from ._ledger import StorageLedger, StorageRecord
 from ._observers.fallbacks import WouldBeFallbacks
 from ._record import MemoryCategory
-from ._sites import frame_site, user_frame
 from ._values import Values, ValueUnknownError
 
 _aten = torch.ops.aten

@@ -48,6 +48,29 @@ class GraphPart(NamedTuple):
     operands: int
 
 
+class CollectiveEntry(NamedTuple):
+    """One collective this rank issued in a process group, in order."""
+
+    seq: int  # its number in the group, from 1
+    op: str
+    shapes: list  # of its input tensors
+    dtype: str
+    reduce_op: str | None
+    peer: int | None  # send and recv: the other rank (global)
+    site: str  # the source line that issued it
+
+
+@dataclasses.dataclass
+class GroupLog:
+    """A process group as this rank knows it, and the collectives it issued in it."""
+
+    name: str
+    desc: str
+    ranks: list  # global ranks of the members, in group-rank order
+    entries: list = dataclasses.field(default_factory=list)  # CollectiveEntry
+    truncated: bool = False  # the log stopped at its bound
+
+
 @dataclasses.dataclass(eq=False)  # buckets are told apart by identity while they record
 class Bucket:
     """Counts of calls in one span of the run: an optimizer step, a region, a generation phase."""
@@ -169,6 +192,7 @@ class Recording:
     regions: list = dataclasses.field(default_factory=list)  # Bucket with its name, in order of entry
     generation: Generation = dataclasses.field(default_factory=Generation)
     fallbacks: list = dataclasses.field(default_factory=list)  # Fallback
+    groups: dict = dataclasses.field(default_factory=dict)  # process group name -> GroupLog
     memory: dict = dataclasses.field(default_factory=dict)  # core -> CoreMemory
     compile: CompileRecord = dataclasses.field(default_factory=CompileRecord)
     recorder_errors: dict = dataclasses.field(default_factory=dict)  # what could not be recorded -> times
@@ -187,7 +211,7 @@ class Recording:
     def for_estimate(self) -> "Recording":
         """A copy with only what the time model reads (a pinned recording stays small)."""
         return dataclasses.replace(
-            self, memory={}, fallbacks=[], compile=CompileRecord(), value_reads=[], recorder_errors={}
+            self, memory={}, fallbacks=[], groups={}, compile=CompileRecord(), value_reads=[], recorder_errors={}
         )
 
     def to_json(self, **dump) -> str:
@@ -248,6 +272,9 @@ def _to_dict(r: Recording) -> dict:
         "forwards": [_bucket_to_dict(b) for b in r.generation.forwards],
     }
     d["fallbacks"] = [dataclasses.asdict(f) for f in r.fallbacks]
+    d["groups"] = {
+        name: {**dataclasses.asdict(g), "entries": [list(e) for e in g.entries]} for name, g in r.groups.items()
+    }
     d["memory"] = {str(c): _memory_to_dict(m) for c, m in r.memory.items()}
     d["compile"] = dataclasses.asdict(r.compile)
     d["value_reads"] = [dataclasses.asdict(v) for v in r.value_reads]
@@ -280,6 +307,10 @@ def _from_dict(d: dict) -> Recording:
             [_bucket_from_dict(b) for b in gen.get("forwards", [])], gen.get("compiled_outside", False)
         ),
         fallbacks=[Fallback(**f) for f in d.get("fallbacks", [])],
+        groups={
+            n: GroupLog(g["name"], g["desc"], g["ranks"], [CollectiveEntry(*e) for e in g["entries"]], g["truncated"])
+            for n, g in d.get("groups", {}).items()
+        },
         memory={int(c): _memory_from_dict(m) for c, m in d.get("memory", {}).items()},
         compile=CompileRecord(**d.get("compile", {})),
         recorder_errors=dict(d.get("recorder_errors", {})),

@@ -20,12 +20,13 @@ from neuronsim import settings as _settings
 from .. import _C
 from . import _torch_private
 from ._cost import PRIM_DEVICE, FuncInfo, dtype_name, moved_bytes, outputs, tensors
-from ._observers.collectives import collective_key
+from ._observers.collectives import collective_key, collective_name
 from ._observers.compile import Compile
 from ._observers.fallbacks import Fallbacks
 from ._observers.graphs import Graphs
 from ._observers.memory import Memory
 from ._observers.phases import Phases
+from ._observers.sequence import CollectiveSequence
 from ._observers.spans import Spans
 from ._record import Recording
 
@@ -80,6 +81,7 @@ class Recorder:
         self.fallbacks = Fallbacks(executor.fallbacks)
         self.memory = Memory(executor.ledger, track_outputs=not executor.dry)
         self.compile = Compile(self.spans)
+        self.sequence = CollectiveSequence()
         self._funcs: dict = {}
         self._mode = None
         self._t0 = 0.0
@@ -96,6 +98,7 @@ class Recorder:
         self.spans.start()
         self.phases.start()
         self.graphs.start()
+        self.sequence.start()
         self._mode = _Mode(self)
         self._mode.__enter__()
 
@@ -104,6 +107,7 @@ class Recorder:
             self._mode.__exit__(None, None, None)
             self._mode = None
             self.graphs.stop()
+        self.sequence.stop()
         self.spans.stop()
         self.phases.stop()
         self.compile.stop()
@@ -126,12 +130,17 @@ class Recorder:
                 return  # DTensor and the like: their local tensors' ops are the ones that run
             if self.executor.ignores_fake_tensors and isinstance(t, _torch_private.FakeTensor):
                 return
-        core, dname = _device_and_dtype(ins, outs)
-        if core is None or info.kind == "none":
-            return  # a host op runs on the host CPU on Trainium too
         name, kind = info.name, info.kind
+        collective = kind == "collective" and not name.startswith(
+            "_c10d_functional::wait_tensor"
+        )  # a wait moves no data
+        if collective:  # on any device: host collectives are in the group's ordered stream too
+            self.sequence.record(func, args, kwargs, collective_name(name))
+        core, dname = _device_and_dtype(ins, outs)
+        if core is None or kind == "none":
+            return  # a host op runs on the host CPU on Trainium too
         if kind == "collective":
-            if not name.startswith("_c10d_functional::wait_tensor"):  # a wait moves no data
+            if collective:
                 self.spans.count_collective(collective_key(func, args, kwargs, out, dname))
         elif self.graphs.in_graph():
             self.fallbacks.check(func, name, ins, outs, early_fallback)
@@ -159,6 +168,7 @@ class Recorder:
             regions=[b.typed() for b in self.spans.regions],
             generation=self.phases.record(),
             fallbacks=self.fallbacks.record(),
+            groups=self.sequence.record_groups(),
             memory=self.memory.record(),
             compile=self.compile.record(),
             recorder_errors=dict(self.errors),

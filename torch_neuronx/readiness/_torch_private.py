@@ -368,6 +368,35 @@ GRAPH_BREAK_LOGGER = "torch._dynamo.symbolic_convert.__graph_breaks"
 GRAPH_BREAK_AT = re.compile(r"in user code at (.+?):(\d+)\s*\nGraph Break Reason: (.*)")
 
 
+def collective_group(func, args):
+    """The process group a c10d op runs in (None when it cannot be told)."""
+    from torch.distributed._tools.fake_collectives import CollectiveOp
+
+    try:
+        return CollectiveOp.get_process_group(func, args)
+    except Exception:
+        return None
+
+
+def group_ranks(pg) -> list:
+    """The global ranks of a group's members, in group-rank order."""
+    import torch.distributed as dist
+
+    try:
+        return list(dist.get_process_group_ranks(pg))
+    except Exception:  # a group this process's c10d does not know by object: its size at least
+        return list(range(pg.size()))
+
+
+def reduce_op_name(a) -> str | None:
+    """A c10d op's boxed ReduceOp argument as its name ("sum", "max", ...), else None."""
+    if type(a).__name__ != "ScriptObject" or "op" not in a._method_names():
+        return None
+    import torch.distributed as dist
+
+    return dist.ReduceOp.RedOpType(a.op()).name.lower()
+
+
 def written_arguments(func, args):
     """The tensor arguments an op writes in place (from its schema's alias annotations)."""
     for a, spec in zip(args, func._schema.arguments):
@@ -449,6 +478,7 @@ PATCH_POINTS = (
      "torch._dynamo.symbolic_convert:InstructionTranslatorBase"),
     ("fake_collectives.CollectiveOp (a collective's group and bytes)", "observers/collectives", "2.13.0",
      "torch.distributed._tools.fake_collectives:CollectiveOp.get_comm_tensor_size"),
+    ("a boxed ReduceOp's op() method", "reduce_op_name", "2.13.0", "torch.distributed:ReduceOp.RedOpType"),
     ("Dynamo's compile-start callbacks and counters", "observers/phases", "2.13.0",
      "torch._dynamo.callback:callback_handler.register_start_callback"),
 )  # fmt: skip

@@ -15,9 +15,9 @@ import weakref
 
 import torch
 
+from .._sites import frame_site, in_library, user_frame
 from . import _torch_private
 from ._record import ValueRead
-from ._sites import frame_site, in_library, user_frame
 
 _aten = torch.ops.aten
 PLACEHOLDER = {"int": 1, "float": 1.0, "bool": False}  # 1, not 0: a count read as a divisor must not be zero

@@ -22,5 +22,9 @@ def collective_key(func, args, kwargs, out, dname: str) -> tuple:
         nbytes = int(CollectiveOp.get_comm_tensor_size(func, out, args, kwargs))
     except Exception:
         nbytes = sum(t.nbytes for t in tensors(args, []))
-    name = func.name().split("::")[1].split(".")[0].strip("_")
-    return (name, dname, nbytes, group_size(func, args))
+    return (collective_name(func.name()), dname, nbytes, group_size(func, args))
+
+
+def collective_name(name: str) -> str:
+    """``c10d::allreduce_`` -> ``allreduce``: the op without namespace, overload and underscores."""
+    return name.split("::")[1].split(".")[0].strip("_")

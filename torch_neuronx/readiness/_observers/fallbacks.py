@@ -5,9 +5,9 @@ from __future__ import annotations
 import collections
 
 from ... import _C
+from ..._sites import user_site
 from .._cost import MEMORY_KERNEL_OPS, dtype_name
 from .._record import Fallback
-from .._sites import user_site
 
 
 class RealFallbacks:

@@ -66,6 +66,7 @@ class Report:
             d["dry_run"]["absent_weights"] = list(absent_weights or [])
         d["fit"] = verdict.fit(d["memory"], cap)
         d["collectives"] = merge.collectives(raws)
+        d["across_ranks"] = merge.across_ranks(raws)
         prec = raws[0].fp32_precision
         d["estimates"] = verdict.chip_estimates(raws, inst, lnc, prec)
         d["assumptions"] = list(_estimate.ASSUMPTIONS)

@@ -26,6 +26,8 @@ def summary(d) -> str:
     )
     if d["ranks_not_run"]:
         lines.append(f"  not run          {render.not_run_sentence(d)}")
+    for f in (d.get("across_ranks") or {}).get("findings", [])[:5]:
+        lines.append(f"  across ranks     {f['kind']}: {f['message'][:300]}")
     n_calls = sum(f["count"] for f in d["fallbacks"])
     lines.append(f"  CPU fallbacks    {len(d['fallbacks'])} op(s), {n_calls} call(s)")
     for f in d["fallbacks"][:5]:

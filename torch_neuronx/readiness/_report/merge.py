@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 
+from .. import _desync
 from .._text import ranges
 from .verdict import is_oom
 
@@ -140,3 +141,12 @@ def collectives(raws) -> list:
         {"kind": c.kind, "dtype": c.dtype, "bytes": c.bytes, "group_size": c.group_size, "calls_per_step": k / n}
         for c, k in sorted(total.items(), key=lambda kv: -kv[0].bytes * kv[1])
     ]
+
+
+def across_ranks(raws) -> dict:
+    """What comparing the ranks' collectives (and compiled graphs) found."""
+    return {
+        "ranks_compared": [r.rank for r in raws],
+        "groups": sorted({name for r in raws for name in r.groups}),
+        "findings": _desync.find(raws),
+    }

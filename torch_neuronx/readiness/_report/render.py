@@ -226,6 +226,21 @@ def _memory_sections(d) -> list:
     return out
 
 
+def _across_ranks(d) -> list:
+    """Where the ranks' collectives would hang or disagree."""
+    a = d.get("across_ranks") or {}
+    if not a.get("findings") and len(a.get("ranks_compared", [])) < 2:
+        return []
+    rows = [[f["kind"], f["group"], f["message"]] for f in a["findings"]]
+    text = (
+        f"The collectives of {len(a['ranks_compared'])} rank(s) compared in each of {len(a['groups'])} process "
+        "group(s): members must issue the same collectives in the same order (op, dtype, reduce op, and the "
+        "shapes of those whose inputs are alike on every rank), and each send must meet a receive. "
+        + ("They agree." if not rows else "The first place each group differs:")
+    )
+    return [("Collectives across ranks", text, ["finding", "group", "what"] if rows else None, rows or None)]
+
+
 def _collective_section(d) -> list:
     """Collectives per step."""
     out = []
@@ -421,4 +436,14 @@ CANNOT_KNOW = (
 )
 
 
-SECTIONS = (_summary, _dry_run, _fallbacks, _compile, _memory_sections, _collective_section, _estimates, _phases)
+SECTIONS = (
+    _summary,
+    _dry_run,
+    _across_ranks,
+    _fallbacks,
+    _compile,
+    _memory_sections,
+    _collective_section,
+    _estimates,
+    _phases,
+)

@@ -38,8 +38,17 @@ def fit(memory, cap) -> list:
     return rows
 
 
+_ACROSS = {"hang": "will hang", "disagree": "collectives disagree", "graphs": "will hang"}
+
+
 def verdict(d) -> str:
     problems = []
+    across = d.get("across_ranks") or {}
+    for kind, phrase in _ACROSS.items():  # the costliest first: a hang
+        first = next((f for f in across.get("findings", []) if f["kind"] == kind), None)
+        if first is not None:
+            problems.append(f"{phrase}: {first['message']}")
+            break
     for rank, err in d["errors"].items():
         if not is_oom(err):
             problems.append(f"failed on rank {rank}: {err.splitlines()[0][:160]}")

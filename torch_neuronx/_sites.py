@@ -1,4 +1,6 @@
-"""Where an op was issued: the innermost frame of the user's code (or a library's), not the machinery."""
+"""Where something was issued: the innermost frame of the user's code (or a library's), not the
+machinery of torch, torch_neuronx or the standard library. Used by the compile backend (where a
+compiled graph was called from) and by readiness (where ops, collectives and value reads were)."""
 
 from __future__ import annotations
 
