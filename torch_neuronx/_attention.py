@@ -17,9 +17,6 @@ import sys
 import torch
 
 DEVICE = "neuron"
-# The private check relaxed below, as written in these releases; tests compare
-# the installed copy's source with it, so a change in PyTorch is noticed.
-VALIDATE_DEVICE_TORCH = ("2.13.",)
 
 
 class FlexAttentionNeuronError(RuntimeError):
@@ -36,22 +33,10 @@ def install_flex(fa_module) -> None:
     if getattr(fa_module, "_neuron_installed", False):
         return
     fa_module._neuron_installed = True
-    if torch.__version__.startswith(VALIDATE_DEVICE_TORCH):
-        _relax_validate_device(fa_module)
+    from . import _compat
+
+    _compat.relax_flex_attention_device_check(fa_module)
     _register_hop_kernels(_hop_module())
-
-
-def _relax_validate_device(fa_module) -> None:
-    # The only private check relaxed: torch 2.13's allow-list {"cuda", "cpu", "xpu", "hpu",
-    # "mps"} has no hook for PrivateUse1. Every other device still gets PyTorch's check.
-    original = fa_module._validate_device
-
-    def _validate_device(query, key, value):
-        if query.device.type != DEVICE:
-            return original(query, key, value)
-
-    _validate_device.__wrapped__ = original
-    fa_module._validate_device = _validate_device
 
 
 def _check_kernel_options(kernel_options) -> None:

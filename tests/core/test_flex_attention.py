@@ -12,6 +12,7 @@ from torch.nn.attention.flex_attention import create_block_mask, create_mask, fl
 from torch.nn.attention.varlen import varlen_attn
 
 import torch_neuronx._attention as neuron_attention
+from torch_neuronx import _compat
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 
@@ -184,10 +185,10 @@ def test_validate_device_relaxation_is_narrow():
     fa = sys.modules["torch.nn.attention.flex_attention"]
     original = fa._validate_device.__wrapped__
     # PyTorch's check, as this relaxation was written against. If this fails, PyTorch changed
-    # _validate_device: re-read it, then update torch_neuronx._attention and this text.
+    # _validate_device: re-read it, then update torch_neuronx._compat and this text.
     source = inspect.getsource(original)
     assert 'supported_devices = {"cuda", "cpu", "xpu", "hpu", "mps"}' in source
-    assert torch.__version__.startswith(neuron_attention.VALIDATE_DEVICE_TORCH)
+    assert torch.__version__.startswith(_compat.FLEX_VALIDATE_DEVICE_TORCH)
     # Every other device still gets PyTorch's own check.
     meta = torch.empty(1, 1, 8, 8, device="meta")
     with pytest.raises(ValueError, match="Found input tensors on meta device"):
@@ -281,3 +282,18 @@ def test_varlen_compiled_training(fresh_dynamo):
     _per_sequence_sdpa(*ref_inputs, cu, is_causal=True).sum().backward()
     for got, want in zip((qn, kn, vn), ref_inputs):
         torch.testing.assert_close(got.grad.cpu(), want.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_validate_device_relaxation_only_on_the_torch_it_was_written_for(monkeypatch):
+    import types
+
+    def check(query, key, value):
+        raise ValueError("PyTorch's own check")
+
+    module = types.SimpleNamespace(_validate_device=check)
+    monkeypatch.setattr(torch, "__version__", "2.14.0")
+    _compat.relax_flex_attention_device_check(module)
+    assert module._validate_device is check
+    monkeypatch.setattr(torch, "__version__", "2.13.0")
+    _compat.relax_flex_attention_device_check(module)
+    assert module._validate_device.__wrapped__ is check
