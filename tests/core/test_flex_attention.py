@@ -297,3 +297,16 @@ def test_validate_device_relaxation_only_on_the_torch_it_was_written_for(monkeyp
     monkeypatch.setattr(torch, "__version__", "2.13.0")
     _compat.relax_flex_attention_device_check(module)
     assert module._validate_device.__wrapped__ is check
+
+
+@pytest.mark.slow
+def test_flex_compiled_under_autocast_with_document_mask(fresh_dynamo):
+    q, k, v = _qkv(torch.float32, heads_q=4, heads_kv=2)
+    compiled = torch.compile(flex_attention, backend="neuron", fullgraph=True)
+    with torch.autocast("neuron", dtype=torch.bfloat16), torch._inductor.config.patch(fx_graph_cache=False):
+        out, inputs = _run_neuron(q, k, v, _document_mask("neuron"), fn=compiled)
+    assert out.dtype == torch.bfloat16
+    out.float().sum().backward()
+    assert all(t.grad.dtype == torch.float32 for t in inputs)
+    ref, _ = _reference(*(t.bfloat16() for t in (q, k, v)), _document_mask("cpu"))
+    torch.testing.assert_close(out.detach().cpu().double(), ref, atol=2e-2, rtol=2e-2)
