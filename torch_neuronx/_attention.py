@@ -88,28 +88,35 @@ def decompose_flex_nodes(gm: torch.fx.GraphModule) -> None:
     hop_module = _hop_module() if "torch._higher_order_ops.flex_attention" in sys.modules else None
     if hop_module is None:
         return
+    # op -> (its math, the position of kernel_options among its arguments)
     dense = {
-        torch.ops.higher_order.flex_attention: hop_module.sdpa_dense,
-        torch.ops.higher_order.flex_attention_backward: hop_module.sdpa_dense_backward,
+        torch.ops.higher_order.flex_attention: (hop_module.sdpa_dense, 6),
+        torch.ops.higher_order.flex_attention_backward: (hop_module.sdpa_dense_backward, 12),
     }
+    replaced = False
     for node in list(gm.graph.nodes):
         if node.op == "call_function" and node.target in dense:
             query = node.args[0].meta.get("val")
             if isinstance(query, torch.Tensor) and query.device.type == DEVICE:
-                _inline_math(gm, node, dense[node.target])
-    gm.graph.lint()
-    gm.recompile()
+                _check_kernel_options(node.args[dense[node.target][1]])
+                _inline_math(gm, node, dense[node.target][0])
+                replaced = True
+    if replaced:
+        gm.graph.lint()
+        gm.recompile()
 
 
 def _inline_math(gm, node, dense) -> None:
+    # Traced and copied in by hand: the pattern matcher's replace_by_example cannot carry the
+    # tensor constants the math creates (its -inf fill value).
     import torch.utils._pytree as pytree
+    from torch._inductor.decomposition import select_decomp_table
     from torch._inductor.virtualized import V
     from torch.fx.experimental.proxy_tensor import make_fx
 
     leaves, spec = pytree.tree_flatten((node.args, node.kwargs))
     tensor_at = [i for i, x in enumerate(leaves) if isinstance(x, torch.fx.Node) and x.op != "get_attr"]
     consts = [getattr(gm, x.target) if isinstance(x, torch.fx.Node) and x.op == "get_attr" else x for x in leaves]
-    _check_kernel_options(node.args[6] if dense.__name__ == "sdpa_dense" else node.args[12])
 
     def math(*tensors):
         values = list(consts)
@@ -117,8 +124,6 @@ def _inline_math(gm, node, dense) -> None:
             values[i] = t
         args, kwargs = pytree.tree_unflatten(values, spec)
         return dense(*args, **kwargs)
-
-    from torch._inductor.decomposition import select_decomp_table
 
     with V.fake_mode:
         sub = make_fx(math, decomposition_table=select_decomp_table())(*(leaves[i].meta["val"] for i in tensor_at))
