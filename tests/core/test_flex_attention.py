@@ -11,7 +11,6 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask, create_mask, flex_attention
 from torch.nn.attention.varlen import varlen_attn
 
-import torch_neuronx._attention as neuron_attention
 from torch_neuronx import _compat
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
