@@ -27,6 +27,30 @@ def _on_module_registration(module, name, submodule):
         )
 
 
+# torch releases whose flex_attention._validate_device is the allow-list relaxed below;
+# a test compares the installed source with it, so a change in PyTorch is noticed.
+FLEX_VALIDATE_DEVICE_TORCH = ("2.13.",)
+
+
+def relax_flex_attention_device_check(fa_module) -> None:
+    """Let torch.nn.attention.flex_attention accept neuron tensors (the one private check relaxed).
+
+    torch 2.13's ``_validate_device`` allows only {"cuda", "cpu", "xpu", "hpu", "mps"}, with no
+    hook for PrivateUse1; the op underneath is device-neutral. Only neuron tensors skip the
+    check; every other device still gets PyTorch's. On other torch releases nothing changes.
+    """
+    if not torch.__version__.startswith(FLEX_VALIDATE_DEVICE_TORCH):
+        return
+    original = fa_module._validate_device
+
+    def _validate_device(query, key, value):
+        if query.device.type != "neuron":
+            return original(query, key, value)
+
+    _validate_device.__wrapped__ = original
+    fa_module._validate_device = _validate_device
+
+
 def apply() -> None:
     from torch import _tensor_str
     from torch.nn.modules import linear_cross_entropy_options as lce

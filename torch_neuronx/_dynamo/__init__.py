@@ -115,8 +115,22 @@ def _install_inductor_glue(_module) -> None:
         _inductor_glue.install()
 
 
+def _install_flex(module) -> None:
+    from .. import _attention
+
+    _attention.install_flex(module)
+
+
+def _install_varlen(module) -> None:
+    from .. import _attention
+
+    _attention.install_varlen(module)
+
+
 _AFTER_IMPORT = {
     "torch._dynamo.backends.registry": _register_with,
+    "torch.nn.attention.flex_attention": _install_flex,
+    "torch.nn.attention.varlen": _install_varlen,
     "torch._dynamo.device_interface": _register_device_interface,
     "torch._inductor.compile_fx": _install_inductor_glue,
 }

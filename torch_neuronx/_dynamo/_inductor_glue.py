@@ -67,6 +67,7 @@ def install() -> None:
             _patch_layout_choice()
             _patch_rng_state_hops()
             _patch_cat_lowering()
+            _patch_flex_attention()
             _installed = True
         finally:
             _installing = False
@@ -286,6 +287,27 @@ def _neuron_device_of(args, kwargs):
         return None
     device = torch.device(device)
     return device if device.type == DEVICE else None
+
+
+def _patch_flex_attention() -> None:
+    """Compile flex_attention on neuron as the math it runs eagerly.
+
+    Inductor lowers the flex_attention HOPs with Triton templates for every device but
+    CPU (forward only) and MPS. On neuron, a pass in front of the post-grad passes
+    replaces both HOPs (forward and backward graphs) by their math, which Inductor then
+    fuses into C++ kernels like the rest of the graph.
+    """
+    from torch._inductor import compile_fx
+
+    from .. import _attention
+
+    original = compile_fx.post_grad_passes
+
+    def post_grad_passes(gm, is_inference):
+        _attention.decompose_flex_nodes(gm)
+        return original(gm, is_inference)
+
+    compile_fx.post_grad_passes = post_grad_passes
 
 
 def _patch_rng_state_hops() -> None:
