@@ -24,6 +24,7 @@ import threading
 import weakref
 
 import torch
+from torch._ops import HigherOrderOperator
 
 from .. import _C
 from .._dynamo import backend as _compile_backend
@@ -48,6 +49,10 @@ _active = None  # the DryExecutor running in this process
 class _Mode(torch.utils._python_dispatch.TorchDispatchMode):
     """Sits just above the fake mode: accounts new neuron storages, answers value reads."""
 
+    # Higher-order ops (flex_attention) pass whole to the fake mode, whose rule makes their
+    # outputs without the math's intermediates: the fused kernel's memory, as on the device.
+    supports_higher_order_operators = True
+
     def __init__(self, dry: "DryExecutor"):
         super().__init__()
         self.dry = dry
@@ -69,6 +74,11 @@ class _Mode(torch.utils._python_dispatch.TorchDispatchMode):
     def _dispatch(self, func, args, kwargs):
         if func is PRIM_DEVICE:  # a fake tensor's device, asked from C++: the fake mode answers
             return func(*args)
+        if isinstance(func, HigherOrderOperator):
+            _tp.let_fake_mode_run(func)
+            out = func(*args, **kwargs)
+            self.dry._account_outputs(func, out)
+            return out
         if func is _aten._local_scalar_dense.default:
             if not isinstance(args[0], _tp.FakeTensor):
                 return _tp.run_real(func, args, kwargs)  # a real host tensor has its value

@@ -13,6 +13,7 @@ import collections
 import time
 
 import torch
+from torch._ops import HigherOrderOperator
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from neuronsim import settings as _settings
@@ -32,6 +33,9 @@ from ._record import Recording
 
 
 class _Mode(TorchDispatchMode):
+    # Higher-order ops (flex_attention) come here whole: a fused kernel on the device.
+    supports_higher_order_operators = True
+
     def __init__(self, recorder: "Recorder"):
         super().__init__()
         self.r = recorder
@@ -46,6 +50,13 @@ class _Mode(TorchDispatchMode):
         if func is PRIM_DEVICE:  # a device query (half of a dry run's calls): nothing to record
             return func(*args)
         kwargs = kwargs or {}
+        if isinstance(func, HigherOrderOperator):
+            out = func(*args, **kwargs)  # below this mode: its inner ops are the kernel's own
+            try:
+                self.r.on_higher_order_op(func, args, kwargs, out)
+            except Exception as e:
+                self.r.errors[f"{func.name()}: {type(e).__name__}: {e}"] += 1
+            return out
         strategy = self.strategy
         token = strategy.before()
         out = func(*args, **kwargs)
@@ -151,6 +162,28 @@ class Recorder:
             self.spans.count_op((name, dname, kind, flops, moved_bytes(name, ins, outs), len(ins) + len(outs)))
             self.fallbacks.check(func, name, ins, outs, early_fallback)
         self.memory.after_op(core, outs, name)
+
+    def on_higher_order_op(self, func, args, kwargs, out) -> None:
+        """A higher-order op runs as one kernel on the device (flex_attention: a fused attention
+        kernel): counted as one Tensor Engine op with its FLOPs, reading its tensor arguments and
+        writing its outputs once. One without a FLOP formula is noted as not costed."""
+        from torch.utils.flop_counter import flop_registry
+
+        formula = flop_registry.get(func)
+        ins, outs = tensors(kwargs.values(), tensors(args, [])), outputs(out)
+        if any(_torch_private.is_wrapper(t) or (self.executor.ignores_fake_tensors and isinstance(
+                t, _torch_private.FakeTensor)) for t in ins + outs):  # fmt: skip
+            return
+        core, dname = _device_and_dtype(ins, outs)
+        if core is None:
+            return
+        if formula is None:
+            self.errors[f"{func.name()}: a higher-order op this recording does not cost"] += 1
+            return
+        flops = int(formula(*args, **kwargs, out_val=out))
+        nbytes = sum(t.nbytes for t in ins + outs)
+        self.spans.count_op((f"higher_order::{func.name()}", dname, "tensor", flops, nbytes, len(ins) + len(outs)))
+        self.memory.after_op(core, outs, func.name())
 
     def recording(self) -> Recording:
         """This process's recording (call after ``stop()``)."""

@@ -56,6 +56,15 @@ class _ReportingFakeMode(FakeTensorMode):
         return out
 
 
+def let_fake_mode_run(hop) -> None:
+    """A higher-order op finds its rule for a mode by the mode's exact class: give the dry run's
+    fake mode FakeTensorMode's rule (flex_attention's makes its outputs from shapes alone)."""
+    table = hop.python_key_table
+    if _ReportingFakeMode not in table and FakeTensorMode in table:
+        table[_ReportingFakeMode] = table[FakeTensorMode]
+        hop._dispatch_cache.clear()
+
+
 def new_fake_mode(on_outputs) -> FakeTensorMode:
     """The mode a dry run executes in; ``on_outputs(func, args, kwargs, out)`` sees every op. Real
     tensors made before it (module constants of libraries imported earlier) are converted
@@ -478,6 +487,8 @@ PATCH_POINTS = (
      "torch._dynamo.symbolic_convert:InstructionTranslatorBase"),
     ("fake_collectives.CollectiveOp (a collective's group and bytes)", "observers/collectives", "2.13.0",
      "torch.distributed._tools.fake_collectives:CollectiveOp.get_comm_tensor_size"),
+    ("higher-order ops' rules by mode class", "let_fake_mode_run", "2.13.0",
+     "torch._higher_order_ops.flex_attention:flex_attention.python_key_table"),
     ("a boxed ReduceOp's op() method", "reduce_op_name", "2.13.0", "torch.distributed:ReduceOp.RedOpType"),
     ("Dynamo's compile-start callbacks and counters", "observers/phases", "2.13.0",
      "torch._dynamo.callback:callback_handler.register_start_callback"),
