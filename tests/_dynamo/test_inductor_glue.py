@@ -1,5 +1,6 @@
 """Inductor glue: neuron graphs take the C++ backend's (CPU's) lowering choices."""
 
+import pytest
 import torch
 
 
@@ -63,6 +64,8 @@ def test_aotinductor_refuses_neuron_naming_what_to_use(fresh_dynamo, tmp_path):
         assert "AOTInductor does not support device 'neuron'" in message, message
         assert 'torch.compile(model, backend="neuron")' in message and "torch.export.export" in message, message
     assert not (tmp_path / "m.pt2").exists()
+    with pytest.raises(RuntimeError, match="Unsupported device neuron"):  # PyTorch's own refusal
+        torch._export.aot_load(str(tmp_path / "m.so"), "neuron")
 
 
 def test_cpp_wrapper_refuses_neuron(fresh_dynamo):
