@@ -1,5 +1,6 @@
 """Inductor glue: neuron graphs take the C++ backend's (CPU's) lowering choices."""
 
+import pytest
 import torch
 
 
@@ -35,3 +36,39 @@ def test_cat_of_gathered_bias_into_softmax_compiles_like_cpu(fresh_dynamo):
     torch.testing.assert_close(out.cpu(), expected)
     metrics = torch.neuron.get_dynamo_metrics()
     assert metrics["graphs_compiled"] == 1 and not metrics["fallbacks"]
+
+
+def _refusal(call):
+    """The NotImplementedError an AOT entry point raised (Inductor wraps it in InductorError)."""
+    from torch._inductor.exc import InductorError
+
+    try:
+        call()
+    except InductorError as e:
+        assert isinstance(e.inner_exception, NotImplementedError), repr(e.inner_exception)
+        return str(e.inner_exception)
+    raise AssertionError("compiled for neuron ahead of time")
+
+
+def test_aotinductor_refuses_neuron_naming_what_to_use(fresh_dynamo, tmp_path):
+    import torch._export
+
+    model = torch.nn.Linear(4, 4).to("neuron")
+    x = torch.randn(2, 4, device="neuron")
+    exported = torch.export.export(model, (x,))
+    messages = [
+        _refusal(lambda: torch._inductor.aoti_compile_and_package(exported, package_path=str(tmp_path / "m.pt2"))),
+        _refusal(lambda: torch._export.aot_compile(model, (x,))),
+    ]
+    for message in messages:
+        assert "AOTInductor does not support device 'neuron'" in message, message
+        assert 'torch.compile(model, backend="neuron")' in message and "torch.export.export" in message, message
+    assert not (tmp_path / "m.pt2").exists()
+    with pytest.raises(RuntimeError, match="Unsupported device neuron"):  # PyTorch's own refusal
+        torch._export.aot_load(str(tmp_path / "m.so"), "neuron")
+
+
+def test_cpp_wrapper_refuses_neuron(fresh_dynamo):
+    model = torch.nn.Linear(4, 4).to("neuron")
+    message = _refusal(lambda: torch.compile(model, options={"cpp_wrapper": True})(torch.randn(2, 4, device="neuron")))
+    assert "cpp_wrapper=True" in message and 'backend="neuron"' in message, message

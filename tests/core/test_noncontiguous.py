@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.utils._pytree as pytree
 from torch.testing._internal.common_methods_invocations import op_db
+from torch.testing._internal.common_utils import noncontiguous_like
 
 import torch_neuronx
 
@@ -119,3 +120,38 @@ def test_noncontiguous_matches_cpu(op):
                 torch.testing.assert_close(a.cpu(), b, equal_nan=True)
     if ran == 0:
         pytest.skip("no float32 sample runs on CPU")
+
+
+MATMUL = next(op for op in op_db if op.name == "matmul")
+
+
+def _matmul_grads(a, b, cot):
+    out = torch.matmul(a, b)
+    return (out.detach(), *torch.autograd.grad(out, (a, b), cot))
+
+
+@pytest.mark.parametrize("noncontiguous", [False, True], ids=["contiguous", "noncontiguous"])
+def test_matmul_grads_equal_cpu_bit_for_bit_on_neurons_numbers(noncontiguous):
+    """Every matmul sample, with the numbers neuron's own generator draws (the numbers PyTorch's
+    ``test_noncontiguous_samples`` gets on neuron), gives CPU's output and gradients bit for bit:
+    neuron's matmul and its backward take CPU's path (the same folding into mv/mm, the same
+    kernels) for contiguous and noncontiguous layouts alike. (Upstream's test compares the
+    contiguous and noncontiguous gradients of one device with each other; for some numbers
+    they differ by more than its tolerance on CPU as on neuron, since the two layouts reach
+    BLAS with different reduction orders.)"""
+    with torch_neuronx.cpu_equal_rng(False):  # neuron's (seed, offset) stream, as upstream's run draws
+        torch.manual_seed(1234)
+        samples = list(MATMUL.sample_inputs("neuron", torch.float32, requires_grad=True))
+        cots = [torch.randn(torch.matmul(s.input, s.args[0]).shape, device="neuron") for s in samples]
+    assert len(samples) > 12  # the batched 4-d @ 1-d sample upstream reported is among them
+    for i, (sample, cot) in enumerate(zip(samples, cots)):
+        a, b = sample.input, sample.args[0]
+        cpu = [t.detach().cpu().requires_grad_() for t in (a, b)] + [cot.cpu()]
+        dev = [t.detach().clone().requires_grad_() for t in (a, b)] + [cot]
+        if noncontiguous:
+            cpu = [noncontiguous_like(t.detach()).requires_grad_(t.requires_grad) for t in cpu]
+            dev = [noncontiguous_like(t.detach()).requires_grad_(t.requires_grad) for t in dev]
+            assert not dev[0].is_contiguous() or dev[0].numel() <= 1
+        for got, expected in zip(_matmul_grads(*dev), _matmul_grads(*cpu)):
+            assert got.device.type == "neuron"
+            assert torch.equal(got.cpu(), expected), f"sample {i}: {tuple(a.shape)} @ {tuple(b.shape)}"

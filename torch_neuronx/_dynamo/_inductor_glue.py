@@ -139,8 +139,31 @@ def _register_codegen() -> None:
         def synchronize(self) -> str:
             return "torch.neuron.synchronize()"
 
-    register_backend_for_device(DEVICE, CppScheduling, NeuronWrapperCodegen, CppWrapperCpu)
+    class NeuronCppWrapper(CppWrapperCpu):
+        # Inductor asks a device for its C++ wrapper for AOTInductor (aoti_compile_and_package,
+        # torch._inductor.aot_compile, torch._export.aot_compile) and for cpp_wrapper=True.
+        # Neuron has no ahead-of-time artifact (nor does the real device): refuse here, naming
+        # what to use, instead of failing later in the generated code (a missing stream guard).
+        @staticmethod
+        def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
+            raise NotImplementedError(_no_cpp_wrapper_message(V.graph.aot_mode))
+
+    register_backend_for_device(DEVICE, CppScheduling, NeuronWrapperCodegen, NeuronCppWrapper)
     register_device_op_overrides(DEVICE, NeuronDeviceOpOverrides())
+
+
+def _no_cpp_wrapper_message(aot: bool) -> str:
+    if aot:
+        return (
+            f"AOTInductor does not support device '{DEVICE}': a model with {DEVICE} tensors cannot be "
+            'compiled ahead of time into a .pt2 or .so package. Use torch.compile(model, backend="neuron") '
+            "to compile it for the device (compiled graphs are cached on disk and reused by later "
+            "processes), and torch.export.export(model, args) if you need the graph itself."
+        )
+    return (
+        f"Inductor's C++ wrapper (cpp_wrapper=True) does not support device '{DEVICE}'. "
+        'Use torch.compile(model, backend="neuron"), which generates the Python wrapper.'
+    )
 
 
 # --------------------------------------------------------------------------- #
