@@ -32,6 +32,7 @@ from .._sites import frame_site, user_frame
 from ..distributed import backend as _c10d_backend
 from . import _torch_private as _tp
 from ._cost import PRIM_DEVICE
+from ._known import KnownValues
 from ._ledger import StorageLedger, StorageRecord
 from ._observers.fallbacks import WouldBeFallbacks
 from ._record import MemoryCategory
@@ -82,7 +83,10 @@ class _Mode(torch.utils._python_dispatch.TorchDispatchMode):
         if func is _aten._local_scalar_dense.default:
             if not isinstance(args[0], _tp.FakeTensor):
                 return _tp.run_real(func, args, kwargs)  # a real host tensor has its value
-            return self.dry.values.read(args[0])
+            known = self.dry.known.item(args[0])
+            return known if known is not None else self.dry.values.read(args[0])
+        if func.namespace in ("c10d", "_c10d_functional"):
+            return self._collective(func, args, kwargs)
         host = _tp.real_host_args(args, kwargs)
         if host and (func.is_view or torch.Tag.inplace_view in func.tags):
             # Views and metadata changes (set_ onto a storage, which is how safetensors points a
@@ -100,8 +104,21 @@ class _Mode(torch.utils._python_dispatch.TorchDispatchMode):
         out = self._fake_run(func, args, kwargs, host)
         if host and _tp.small_host_result(out, _REAL_HOST_BYTES):
             return _tp.run_real(func, args, kwargs)
+        real = self.dry.known.after(func, args, kwargs, out)
+        if real is not None:
+            return real  # host results of known values: the script reads them
         self.dry._after_op(func, args, out)
         return out
+
+    def _collective(self, func, args, kwargs):
+        """A collective in PyTorch's fake process group (it completes at once and moves nothing),
+        its results then as the value rule says (see ``_known``)."""
+        host = _tp.real_host_args(args, kwargs)
+        out = _tp.run_real(func, args, kwargs) if host else self._fake_run(func, args, kwargs, False)
+        self.dry.known.after(func, args, kwargs, out)
+        if not host:
+            self.dry._after_op(func, args, out)
+        return _tp.completed_work(out)
 
     @staticmethod
     def _fake_run(func, args, kwargs, host: bool):
@@ -134,6 +151,7 @@ class DryExecutor:
         self.ledger = StorageLedger(categorize=self._categories)
         self.fallbacks = WouldBeFallbacks()
         self.values = Values()
+        self.known = KnownValues()
         self._refs: dict = {}  # storage key -> weakref to the storage
         self._modules: weakref.WeakSet = weakref.WeakSet()
         self._optimizers: weakref.WeakSet = weakref.WeakSet()
@@ -192,7 +210,7 @@ class DryExecutor:
 
     def contribute(self, recording) -> None:
         recording.dry_run = True
-        recording.value_reads = self.values.record()
+        recording.value_reads = self.values.record() + self.known.record()
 
     # -- accounting --------------------------------------------------------------
     def _on_fake_op(self, func, args, kwargs, out) -> None:

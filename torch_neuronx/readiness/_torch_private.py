@@ -72,7 +72,7 @@ def new_fake_mode(on_outputs) -> FakeTensorMode:
     return _ReportingFakeMode(on_outputs, allow_non_fake_inputs=True)
 
 
-def _leaves(args, kwargs):
+def leaves(args, kwargs):
     """The arguments of an op call, one level of lists/tuples deep (ATen's schemas go no deeper)."""
     for seq in (args, kwargs.values()):
         for a in seq:
@@ -84,12 +84,12 @@ def _leaves(args, kwargs):
 
 def fake_inputs(args, kwargs):
     """The fake tensors among an op's arguments."""
-    return [a for a in _leaves(args, kwargs) if isinstance(a, FakeTensor)]
+    return [a for a in leaves(args, kwargs) if isinstance(a, FakeTensor)]
 
 
 def real_host_args(args, kwargs) -> bool:
     """No argument is fake and nothing names the neuron device: the op could run for real."""
-    for a in _leaves(args, kwargs):
+    for a in leaves(args, kwargs):
         if isinstance(a, torch.Tensor):
             if isinstance(a, FakeTensor) or is_traceable_wrapper_subclass(a) or a.device.type != "cpu":
                 return False
@@ -116,7 +116,7 @@ def fakeify(mode: FakeTensorMode, args, kwargs, min_bytes: int = 0):
             and a.numel() * a.element_size() >= min_bytes
         )
 
-    if not any(real(a) for a in _leaves(args, kwargs)):
+    if not any(real(a) for a in leaves(args, kwargs)):
         return args, kwargs  # the common case: nothing to convert, no copies
 
     def conv(a):
@@ -168,7 +168,7 @@ def host_result_is_small(func, args, kwargs, limit: int) -> bool:
 
 
 def _host_result_is_small(func, args, kwargs, limit: int) -> bool:
-    if func.namespace != "aten" or not any(isinstance(a, torch.Tensor) for a in _leaves(args, kwargs)):
+    if func.namespace != "aten" or not any(isinstance(a, torch.Tensor) for a in leaves(args, kwargs)):
         return False  # factories (whose size is in their arguments) and other namespaces: ask the fake mode
     from torch.utils._python_dispatch import _disable_current_modes
 
@@ -194,6 +194,13 @@ def small_host_result(out, limit: int, device: str = "cpu") -> bool:
 
 # The fake mode cannot give these ops' result shapes (they depend on the values).
 DATA_DEPENDENT = (DataDependentOutputException, DynamicOutputShapeException)
+
+
+def modes_off():
+    """A context in which ops run outside every dispatch mode (the fake one included): for real."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    return _disable_current_modes()
 
 
 def run_real(func, args, kwargs):
@@ -406,6 +413,19 @@ def reduce_op_name(a) -> str | None:
     return dist.ReduceOp.RedOpType(a.op()).name.lower()
 
 
+def completed_work(out):
+    """A c10d op's ``(tensors, Work)`` with its Work replaced by one already completed with those
+    tensors: the fake process group's Work has a future without a value, which DDP's reducer
+    (its default all-reduce hook) requires."""
+    if not (isinstance(out, tuple) and len(out) == 2 and type(out[1]).__name__ == "ScriptObject"):
+        return out
+    from torch._C._distributed_c10d import _create_work_from_future
+
+    fut = torch.futures.Future()
+    fut.set_result(out[0])
+    return out[0], _create_work_from_future(fut).boxed()
+
+
 def written_arguments(func, args):
     """The tensor arguments an op writes in place (from its schema's alias annotations)."""
     for a, spec in zip(args, func._schema.arguments):
@@ -487,6 +507,7 @@ PATCH_POINTS = (
      "torch._dynamo.symbolic_convert:InstructionTranslatorBase"),
     ("fake_collectives.CollectiveOp (a collective's group and bytes)", "observers/collectives", "2.13.0",
      "torch.distributed._tools.fake_collectives:CollectiveOp.get_comm_tensor_size"),
+    ("a Work made from a future", "completed_work", "2.13.0", "torch._C._distributed_c10d:_create_work_from_future"),
     ("higher-order ops' rules by mode class", "let_fake_mode_run", "2.13.0",
      "torch._higher_order_ops.flex_attention:flex_attention.python_key_table"),
     ("a boxed ReduceOp's op() method", "reduce_op_name", "2.13.0", "torch.distributed:ReduceOp.RedOpType"),

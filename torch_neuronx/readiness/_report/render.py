@@ -68,14 +68,17 @@ def _dry_run(d) -> list:
         text += "\n".join(f"- {absent_text(a)}" for a in absent)
     out = [("Dry run", text, None, None)]
     rows = [[v["site"], v["kind"], v["placeholder"], v["count"]] for v in dr["value_reads"]]
-    rows += [[a["site"], f"{a['check']} check", a["value"], a["count"]] for a in dr["assumed"]]
+    rows += [
+        [a["site"], f"{a['check']} check" if a["check"] == "finite" else f"{a['check']} result", a["value"], a["count"]]
+        for a in dr["assumed"]
+    ]
     out.append(
         (
             "Values the dry run did not have",
             "None were read."
             if not rows
             else "Each read got the placeholder shown; finiteness checks were answered "
-            "as if every value were finite.",
+            "as if every value were finite; each collective's result, as if every rank held this rank's values.",
             ["read at", "kind", "placeholder", "reads"],
             rows or None,
         )
