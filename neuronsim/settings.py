@@ -198,6 +198,25 @@ SETTINGS: dict[str, Setting] = {
             read_by=("c++",),
             owner="torchrun",
         ),
+        Setting(
+            "TORCH_FR_BUFFER_SIZE",
+            int,
+            0,
+            "entries of PyTorch's Flight Recorder ring buffer (0: off); read by torch-neuronx to "
+            "dump it when a collective of a neuron group times out or ranks disagree",
+            "distributed.md",
+            "distributed",
+            owner="PyTorch",
+        ),
+        Setting(
+            "TORCH_FR_DUMP_TEMP_FILE",
+            str,
+            None,
+            "path prefix of the Flight Recorder dumps (one file per rank: prefix + rank)",
+            "distributed.md",
+            "distributed",
+            owner="PyTorch",
+        ),
         # -- Hugging Face (set when unset by the demo and the architecture coverage tool) --
         Setting(
             "HF_HUB_OFFLINE",

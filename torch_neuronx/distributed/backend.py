@@ -19,7 +19,6 @@ collectives / DCP's CPU metadata exchanges work on the same group.
 from __future__ import annotations
 
 import atexit
-import datetime
 
 import torch
 import torch.distributed as dist
@@ -52,22 +51,26 @@ def _create_backend(opts, backend_options=None):
     from torch.distributed import ProcessGroupGloo
 
     from ..readiness import _dryrun, _fake
+    from . import hangs
 
     # Joining a group does not initialise the device, as with NCCL for CUDA: DeviceMesh
     # then binds a rank that never chose its device (LOCAL_RANK, else rank % devices)
     # through torch.neuron.set_device, which initialises it.
     if _dryrun.active() is not None:
         return _fake.fake_process_group(opts)
-    timeout = opts.timeout
-    if not isinstance(timeout, datetime.timedelta):
-        timeout = datetime.timedelta(seconds=float(timeout))
-    backend = ProcessGroupGloo(opts.store, opts.group_rank, opts.group_size, timeout=timeout)
-    backend.options.global_ranks_in_group = list(opts.global_ranks_in_group or [])
-    backend.options.group_name = opts.group_id
+    timeout = hangs.check_timeout(opts.timeout)
+    # The group's name and ranks go in at construction: gloo registers them with the
+    # Flight Recorder then (its pg_config, which torchfrtrace matches entries against).
+    gloo_opts = ProcessGroupGloo._Options()
+    gloo_opts._timeout = timeout
+    gloo_opts._devices = [ProcessGroupGloo.create_default_device()]
+    gloo_opts.group_name = opts.group_id
+    gloo_opts.global_ranks_in_group = list(opts.global_ranks_in_group or [])
+    backend = ProcessGroupGloo(opts.store, opts.group_rank, opts.group_size, gloo_opts)
     backend._set_sequence_number_for_group()
     _release_backends()
     _backends.append(backend)
-    return backend
+    return hangs.wrap_backend(backend, opts, timeout, keep=_backends.append)
 
 
 def _perform_nocolor_split(self, device) -> None:
@@ -127,6 +130,9 @@ def register_backend() -> None:
         dist.ProcessGroupGloo.perform_nocolor_split = _perform_nocolor_split
     if dist.is_available():
         _install_coalescing(dist.ProcessGroup)
+        from . import hangs
+
+        hangs.install()
         from .context_parallel import install_hook
 
         install_hook()  # ring attention for neuron's SDPA, once PyTorch's CP module loads
