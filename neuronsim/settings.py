@@ -199,6 +199,16 @@ SETTINGS: dict[str, Setting] = {
             owner="torchrun",
         ),
         Setting(
+            "TORCH_NEURONX_CHECK_COLLECTIVES",
+            bool,
+            True,
+            "check before each collective of a neuron group that every rank issues the same one "
+            "(PyTorch's ProcessGroupWrapper); 0 skips the check (no round trip per collective), and "
+            "ranks that disagree then fail as on gloo",
+            "distributed.md",
+            "distributed",
+        ),
+        Setting(
             "TORCH_FR_BUFFER_SIZE",
             int,
             0,

@@ -33,6 +33,7 @@ def _free_port():
 
 
 def _launch(case, *flags, extra_env=None, world=2):
+    """Each rank's RESULT: "OK", or "<seconds> <ExceptionType>: <message>"."""
     port = _free_port()
     procs = []
     for r in range(world):
@@ -73,7 +74,7 @@ def test_mismatched_shapes_raise_on_every_rank_naming_both_shapes():
         assert "all_reduce" in err and "'0' (default_pg)" in err, err
         assert "Detected mismatch between collectives on ranks" in err, err
         other, mine, theirs = (
-            (1, "[[4, 8] float32]", "[[8, 4] float32]") if r == 0 else (0, "[[8, 4] float32]", "[[4, 8] float32]")
+            (1, "[[4, 8] float32]", "[[8, 8] float32]") if r == 0 else (0, "[[8, 8] float32]", "[[4, 8] float32]")
         )
         assert f"collective all_reduce #2 {mine}: " in err and f"rank {other} issued all_reduce #2 {theirs}" in err, err
 
@@ -140,3 +141,54 @@ def test_zero_or_negative_timeout_is_refused(seconds):
             "neuron", rank=0, world_size=1, store=store, timeout=datetime.timedelta(seconds=seconds)
         )
     assert not dist.is_initialized()
+
+
+FR_TRACE = [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace"]
+
+
+def _fr_dumps(case, tmp_path):
+    env = {"TORCH_FR_BUFFER_SIZE": "200", "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "rank")}
+    res = _launch(case, extra_env=env)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0", "rank1"], res
+    out = subprocess.run([*FR_TRACE, str(tmp_path), "-p", "rank"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return res, out.stdout + out.stderr
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_fr_trace_names_the_rank_that_skipped_a_barrier(tmp_path):
+    res, report = _fr_dumps("skip_barrier", tmp_path)
+    assert f"Flight Recorder dump: {tmp_path / 'rank0'}" in res[0], res
+    assert "Not all ranks joining collective, sequence number: 3" in report, report
+    assert "collective: gloo:barrier" in report and "missing ranks: {1}" in report, report
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_fr_trace_names_the_culprit_of_mismatched_shapes(tmp_path):
+    _, report = _fr_dumps("shapes", tmp_path)
+    assert "Culprit rank" in report and "SIZE_OR_SYNTAX_MISMATCH" in report, report
+    assert "[[8, 8]]" in report and "[[4, 8]]" in report, report
+    assert "hang_worker.py" in report  # the stack of the collective the check stopped
+
+
+def test_dump_on_demand_and_bad_dumps(tmp_path, monkeypatch):
+    import pickle
+
+    from torch_neuronx.distributed import dump_flight_recorder, load_flight_recorder
+
+    monkeypatch.delenv("TORCH_FR_BUFFER_SIZE", raising=False)
+    with pytest.raises(RuntimeError, match="TORCH_FR_BUFFER_SIZE"):
+        dump_flight_recorder(str(tmp_path / "rank"))
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "10")
+    path = dump_flight_recorder(str(tmp_path / "rank"))
+    d = load_flight_recorder(path)
+    assert {"version", "pg_config", "entries"} <= set(d), d.keys()
+    data = (tmp_path / "rank0").read_bytes()
+    (tmp_path / "truncated").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="truncated or corrupt"):
+        load_flight_recorder(str(tmp_path / "truncated"))
+    (tmp_path / "other").write_bytes(pickle.dumps({"entries": []}))
+    with pytest.raises(ValueError, match=r"lacks \['version', 'pg_config'\]"):
+        load_flight_recorder(str(tmp_path / "other"))

@@ -70,7 +70,8 @@ def _create_backend(opts, backend_options=None):
     backend._set_sequence_number_for_group()
     _release_backends()
     _backends.append(backend)
-    return hangs.wrap_backend(backend, opts, timeout, keep=_backends.append)
+    hangs.register(backend, opts, timeout, keep=_backends.append)
+    return backend
 
 
 def _perform_nocolor_split(self, device) -> None:

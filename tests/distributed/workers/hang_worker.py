@@ -35,7 +35,7 @@ def step(case, rank, fixed, dev):
         for c in (first, second):
             c(x, 0) if c is dist.broadcast else c(x)
     elif case == "shapes":
-        dist.all_reduce(torch.ones(8, 4, device=dev) if buggy else x)
+        dist.all_reduce(torch.ones(8, 8, device=dev) if buggy else x)
     elif case == "membership":
         sub = dist.new_group([0, 1])
         dist.all_reduce(x, group=sub if buggy else dist.group.WORLD)
@@ -60,7 +60,7 @@ def main():
         step(case, rank, fixed, dev)
         print(f"RESULT {rank} OK", flush=True)
         if not fixed:
-            time.sleep(timeout_s + 4)  # a rank that got through stays alive, as in a real job
+            time.sleep(timeout_s + 8)  # a rank that got through stays alive, as in a real job
     except Exception as e:  # noqa: BLE001
         msg = " | ".join(str(e).splitlines())
         print(f"RESULT {rank} {time.monotonic() - t0:.1f} {type(e).__name__}: {msg}", flush=True)
