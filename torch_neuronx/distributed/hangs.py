@@ -142,11 +142,6 @@ def _check(pg, info: dict, op: str, args) -> None:
         _convert(pg, op, args, RuntimeError("Detected mismatch between collectives on ranks"))
 
 
-def forget(name: str) -> None:
-    with _lock:
-        _groups.pop(name, None)
-
-
 # ---------------------------------------------------------------------------
 # Diagnosis
 
