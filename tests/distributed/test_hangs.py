@@ -124,7 +124,9 @@ def test_wrong_group_ends_on_every_rank():
     res = _launch("membership")
     assert "CollectiveTimeoutError: [rank 0] neuron process group '0'" in _error(res[0]), res
     assert "ranks [1] did not arrive" in _error(res[0]), res
+    # new_group's own timeout is honoured
     assert "CollectiveTimeoutError: [rank 1] neuron process group '1'" in _error(res[1]), res
+    assert "collective all_reduce #1 [[4, 8] float32] did not complete within 0:00:05: ranks [0]" in _error(res[1])
 
 
 def _exc(name):

@@ -289,8 +289,10 @@ def _wait(orig):
             return orig(self, *args, **kwargs)
         except RuntimeError as e:
             last = getattr(_pending, "call", None)
-            if last is None:
+            if last is None or last[0].group_name not in _groups:
                 raise
+            # (any other wait of this thread: the error is converted only if it is a timeout,
+            # and then describes the last p2p op or barrier, which is what blocks)
             _convert(*last, e)
 
     wait._neuron = True

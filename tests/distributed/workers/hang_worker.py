@@ -37,7 +37,7 @@ def step(case, rank, fixed, dev):
     elif case == "shapes":
         dist.all_reduce(torch.ones(8, 8, device=dev) if buggy else x)
     elif case == "membership":
-        sub = dist.new_group([0, 1])
+        sub = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=float(sys.argv[2])))
         dist.all_reduce(x, group=sub if buggy else dist.group.WORLD)
     elif case == "send":
         if rank == 0:
