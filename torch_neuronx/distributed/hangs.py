@@ -89,7 +89,7 @@ def register(backend, opts, timeout, keep) -> None:
             "helper": helper,
         }
     if opts.group_size > 1:
-        _start_watcher(_groups[next(iter(_groups))]["store"])
+        _start_watcher(opts.store)  # the first multi-rank group: the default one
 
 
 # Which argument of each ProcessGroup method holds the tensors every rank must agree on
@@ -203,7 +203,7 @@ def _diagnose(pg, op: str, args, err: BaseException) -> BaseException | None:
     tensors = _tensors(args)
     mine = _describe(op, seq, tensors)
     _dumped.set()
-    _request_dumps(info)
+    _request_dumps()
     desc = getattr(pg, "group_desc", "") or ""
     where = f"neuron process group '{name}'" + (f" ({desc})" if desc else "")
     head = f"[rank {info['rank']}] {where}, collective {mine}"
@@ -415,13 +415,14 @@ def _edited(data: bytes, pending: dict | None) -> bytes:
 
 _DUMP_KEY = f"{_KEY}/dump"
 _watcher: threading.Thread | None = None
+_watched_store = None  # the default group's store, which the watcher polls
 
 
-def _request_dumps(info: dict) -> None:
+def _request_dumps() -> None:
     """Ask every rank to dump its Flight Recorder (ranks not waiting in any collective too)."""
-    if _fr_on():
+    if _fr_on() and _watched_store is not None:
         try:
-            _groups[next(iter(_groups))]["store"].set(_DUMP_KEY, "1")
+            _watched_store.set(_DUMP_KEY, "1")
         except Exception:  # noqa: BLE001
             pass
 
@@ -434,7 +435,8 @@ def _watch(store) -> None:
         try:
             if store.check([_DUMP_KEY]):
                 break
-        except Exception:  # noqa: BLE001 - the store went away: the job is over
+        except Exception:  # noqa: BLE001 - the store went away: this job is over
+            _stop_watching(store)
             return
         time.sleep(1.0)
     if _dumped.is_set():  # this rank's error path dumps, with its pending collective
@@ -449,10 +451,19 @@ def _start_watcher(store) -> None:
     """One thread per process that dumps the Flight Recorder when a rank asks for it (through
     the store, as NCCL's watchdog does): a rank that never joined a collective has the
     record of what it did instead."""
-    global _watcher
-    if _watcher is None and _fr_on():
-        _watcher = threading.Thread(target=_watch, args=(store,), name="neuron-fr-dump", daemon=True)
-        _watcher.start()
+    global _watcher, _watched_store
+    with _lock:
+        if _watcher is None and _fr_on():
+            _watched_store = store
+            _watcher = threading.Thread(target=_watch, args=(store,), name="neuron-fr-dump", daemon=True)
+            _watcher.start()
+
+
+def _stop_watching(store) -> None:
+    global _watcher, _watched_store
+    with _lock:
+        if _watched_store is store:  # a later job in this process gets a watcher of its own
+            _watcher = _watched_store = None
 
 
 def dump_flight_recorder(prefix: str | None = None, *, _pending_entry: dict | None = None) -> str:
