@@ -194,3 +194,18 @@ def test_dump_on_demand_and_bad_dumps(tmp_path, monkeypatch):
     (tmp_path / "other").write_bytes(pickle.dumps({"entries": []}))
     with pytest.raises(ValueError, match=r"lacks \['version', 'pg_config'\]"):
         load_flight_recorder(str(tmp_path / "other"))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_fr_trace_entry_point_names_a_truncated_dump(tmp_path):
+    _fr_dumps("shapes", tmp_path)
+    ours = [sys.executable, "-m", "torch_neuronx.distributed.fr_trace", str(tmp_path), "-p", "rank"]
+    ok = subprocess.run(ours, capture_output=True, text=True, timeout=60, env=_env())
+    assert ok.returncode == 0 and "Culprit rank" in ok.stdout + ok.stderr, ok.stderr[-3000:]
+    data = (tmp_path / "rank1").read_bytes()
+    (tmp_path / "rank1").write_bytes(data[: len(data) // 3])
+    bad = subprocess.run(ours, capture_output=True, text=True, timeout=60, env=_env())
+    assert bad.returncode == 2, bad.stderr[-3000:]
+    assert f"fr_trace: {tmp_path / 'rank1'} is not a Flight Recorder dump (truncated or corrupt" in bad.stderr
+    assert "Traceback" not in bad.stderr, bad.stderr[-3000:]
