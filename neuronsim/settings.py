@@ -198,6 +198,35 @@ SETTINGS: dict[str, Setting] = {
             read_by=("c++",),
             owner="torchrun",
         ),
+        Setting(
+            "TORCH_NEURONX_CHECK_COLLECTIVES",
+            bool,
+            True,
+            "check before each collective of a neuron group that every rank issues the same one "
+            "(PyTorch's ProcessGroupWrapper); 0 skips the check (no round trip per collective), and "
+            "ranks that disagree then fail as on gloo",
+            "distributed.md",
+            "distributed",
+        ),
+        Setting(
+            "TORCH_FR_BUFFER_SIZE",
+            int,
+            0,
+            "entries of PyTorch's Flight Recorder ring buffer (0: off); read by torch-neuronx to "
+            "dump it when a collective of a neuron group times out or ranks disagree",
+            "distributed.md",
+            "distributed",
+            owner="PyTorch",
+        ),
+        Setting(
+            "TORCH_FR_DUMP_TEMP_FILE",
+            str,
+            None,
+            "path prefix of the Flight Recorder dumps (one file per rank: prefix + rank)",
+            "distributed.md",
+            "distributed",
+            owner="PyTorch",
+        ),
         # -- Hugging Face (set when unset by the demo and the architecture coverage tool) --
         Setting(
             "HF_HUB_OFFLINE",

@@ -19,7 +19,6 @@ collectives / DCP's CPU metadata exchanges work on the same group.
 from __future__ import annotations
 
 import atexit
-import datetime
 
 import torch
 import torch.distributed as dist
@@ -72,6 +71,8 @@ def _create_backend(opts, backend_options=None):
     """c10d creator (extended API): a gloo backend for the group's ranks (or the override's)."""
     from torch.distributed import ProcessGroupGloo
 
+    from . import hangs
+
     for listener in list(_group_listeners):
         listener(opts.group_id, list(opts.global_ranks_in_group or range(opts.group_size)))
     # Joining a group does not initialise the device, as with NCCL for CUDA: DeviceMesh
@@ -79,15 +80,19 @@ def _create_backend(opts, backend_options=None):
     # through torch.neuron.set_device, which initialises it.
     if _override is not None:
         return _override(opts)
-    timeout = opts.timeout
-    if not isinstance(timeout, datetime.timedelta):
-        timeout = datetime.timedelta(seconds=float(timeout))
-    backend = ProcessGroupGloo(opts.store, opts.group_rank, opts.group_size, timeout=timeout)
-    backend.options.global_ranks_in_group = list(opts.global_ranks_in_group or [])
-    backend.options.group_name = opts.group_id
+    timeout = hangs.check_timeout(opts.timeout)
+    # The group's name and ranks go in at construction: gloo registers them with the
+    # Flight Recorder then (its pg_config, which torchfrtrace matches entries against).
+    gloo_opts = ProcessGroupGloo._Options()
+    gloo_opts._timeout = timeout
+    gloo_opts._devices = [ProcessGroupGloo.create_default_device()]
+    gloo_opts.group_name = opts.group_id
+    gloo_opts.global_ranks_in_group = list(opts.global_ranks_in_group or [])
+    backend = ProcessGroupGloo(opts.store, opts.group_rank, opts.group_size, gloo_opts)
     backend._set_sequence_number_for_group()
     _release_backends()
     _backends.append(backend)
+    hangs.register(backend, opts, timeout, keep=_backends.append)
     return backend
 
 
@@ -148,6 +153,9 @@ def register_backend() -> None:
         dist.ProcessGroupGloo.perform_nocolor_split = _perform_nocolor_split
     if dist.is_available():
         _install_coalescing(dist.ProcessGroup)
+        from . import hangs
+
+        hangs.install()
         from .context_parallel import install_hook
 
         install_hook()  # ring attention for neuron's SDPA, once PyTorch's CP module loads
