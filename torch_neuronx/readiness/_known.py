@@ -68,9 +68,9 @@ class KnownValues:
                 v = self.value(a)
                 unknown.append(v is None)
                 return v
-            if isinstance(a, torch.Tensor):
-                unknown.append(a.device.type != "cpu" or not _small(a))
-                return a
+            if isinstance(a, torch.Tensor):  # a real tensor (torch.tensor(..., device="neuron") lifts one)
+                unknown.append(not _small(a))
+                return a if a.device.type == "cpu" or not _small(a) else a.cpu()
             if isinstance(a, torch.device) and a.type != "cpu":
                 return torch.device("cpu")
             if isinstance(a, str) and a.startswith("neuron"):
@@ -92,7 +92,8 @@ class KnownValues:
             for a in _tp.leaves(args, kwargs)
         ):
             return None  # the common case: nothing known among the inputs
-        host = self._host_args(args, kwargs) if _small(out) else None
+        with _tp.modes_off():
+            host = self._host_args(args, kwargs) if _small(out) else None
         if host is None:  # what it writes is no longer known
             for t in _tp.written_arguments(func, args):
                 self._known.pop(id(t), None)
