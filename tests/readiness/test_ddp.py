@@ -2,6 +2,7 @@
 the values of collectives (every rank is taken to hold this rank's values), which a dry run lists."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -72,3 +73,26 @@ def test_ranks_that_build_different_models_are_not_hidden_by_the_assumed_values(
 
 def _line(marker: str) -> int:
     return next(i for i, text in enumerate(SCRIPT.read_text().splitlines(), 1) if marker in text)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_the_hugging_face_trainer_under_torchrun_runs_in_a_dry_run(tmp_path):
+    """The Trainer's default multi-process path (DDP through Accelerate) completes in a dry run with
+    the collectives of the real run."""
+    script = Path(__file__).parent / "scripts" / "trainer_ddp.py"
+    reports = {}
+    for mode in ("real", "dry"):
+        out = tmp_path / mode
+        cmd = [sys.executable, "-m", "torch_neuronx.cli", "check", "--out", str(out)]
+        cmd += (["--dry-run"] if mode == "dry" else []) + ["--", "torchrun", "--standalone", "--nproc-per-node", "2"]
+        p = subprocess.run(cmd + [str(script), str(tmp_path / f"{mode}-out")], capture_output=True, text=True,
+                           timeout=600, cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+        reports[mode] = json.loads((out / "report.json").read_text())
+    real, dry = reports["real"], reports["dry"]
+    assert real["verdict"] == dry["verdict"] == "runs natively" and dry["steps"] == real["steps"] == 3
+    key = lambda r: sorted(
+        (c["kind"], c["dtype"], c["bytes"], c["group_size"], c["calls_per_step"]) for c in r["collectives"]
+    )  # noqa: E731
+    assert key(dry) == key(real) != []

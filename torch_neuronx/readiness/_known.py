@@ -18,7 +18,6 @@ comparison of the ranks' collectives (another shape or op on some rank), not hid
 from __future__ import annotations
 
 import collections
-import weakref
 
 import torch
 
@@ -26,6 +25,7 @@ from .._sites import user_site
 from . import _torch_private as _tp
 
 _LIMIT = 64 << 10  # bytes: values kept per tensor
+_ATTR = "_neuron_dry_run_value"
 _c10d = torch.ops.c10d
 _ALLREDUCE = {"sum": lambda v, n: v * n, "avg": lambda v, n: v, "max": lambda v, n: v, "min": lambda v, n: v,
               "product": lambda v, n: v**n, "band": lambda v, n: v, "bor": lambda v, n: v}  # fmt: skip
@@ -40,12 +40,13 @@ class KnownValues:
     """Host copies of the values of small fake tensors (keyed by the fake tensor, while it lives)."""
 
     def __init__(self):
-        self._known: dict = {}  # id(fake) -> (weakref to it, its value as a host tensor)
         self.assumed: collections.Counter = collections.Counter()  # (site, collective) -> calls
 
-    def value(self, t):
-        entry = self._known.get(id(t))
-        return entry[1] if entry is not None and entry[0]() is t else None
+    @staticmethod
+    def value(t):
+        # Kept on the fake tensor itself: a weak reference to it would make torch.utils.swap_tensors
+        # refuse it (Module.to swaps parameters), and an attribute moves with a swap.
+        return getattr(t, _ATTR, None)
 
     def item(self, t):
         """The Python value of a known one-element fake tensor (None when it is not known)."""
@@ -55,9 +56,14 @@ class KnownValues:
         with _tp.modes_off():
             return v.item()
 
-    def _set(self, t, value) -> None:
-        i = id(t)
-        self._known[i] = (weakref.ref(t, lambda _r: self._known.pop(i, None)), value)
+    @staticmethod
+    def _set(t, value) -> None:
+        setattr(t, _ATTR, value)
+
+    @staticmethod
+    def _forget(t) -> None:
+        if getattr(t, _ATTR, None) is not None:
+            setattr(t, _ATTR, None)
 
     def _host_args(self, args, kwargs):
         """(args, kwargs) on the host, each fake tensor replaced by its value; None if one is unknown."""
@@ -88,7 +94,7 @@ class KnownValues:
             self._collective(func, args, out)
             return None
         if func.namespace != "aten" or not any(
-            isinstance(a, torch.Tensor) and (not isinstance(a, _tp.FakeTensor) or id(a) in self._known)
+            isinstance(a, torch.Tensor) and (not isinstance(a, _tp.FakeTensor) or self.value(a) is not None)
             for a in _tp.leaves(args, kwargs)
         ):
             return None  # the common case: nothing known among the inputs
@@ -96,7 +102,7 @@ class KnownValues:
             host = self._host_args(args, kwargs) if _small(out) else None
         if host is None:  # what it writes is no longer known
             for t in _tp.written_arguments(func, args):
-                self._known.pop(id(t), None)
+                self._forget(t)
             return None
         real = _tp.run_real(func, *host)
         fakes = out if isinstance(out, (list, tuple)) else (out,)
@@ -134,7 +140,7 @@ class KnownValues:
         else:  # other collectives' results are not known: forget what they write
             for t in _tp.leaves(args, {}):
                 if isinstance(t, _tp.FakeTensor):
-                    self._known.pop(id(t), None)
+                    self._forget(t)
 
     def _fill(self, targets, source, func) -> None:
         value = self.value(source) if isinstance(source, _tp.FakeTensor) else source
@@ -143,7 +149,7 @@ class KnownValues:
             return
         for target, rule in targets:
             if rule is None:
-                self._known.pop(id(target), None)
+                self._forget(target)
                 continue
             result = rule(value).reshape(target.shape).to(target.dtype)
             if isinstance(target, _tp.FakeTensor):
