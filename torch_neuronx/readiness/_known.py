@@ -18,6 +18,7 @@ comparison of the ranks' collectives (another shape or op on some rank), not hid
 from __future__ import annotations
 
 import collections
+import weakref
 
 import torch
 
@@ -25,10 +26,14 @@ from .._sites import user_site
 from . import _torch_private as _tp
 
 _LIMIT = 64 << 10  # bytes: values kept per tensor
-_ATTR = "_neuron_dry_run_value"
 _c10d = torch.ops.c10d
 _ALLREDUCE = {"sum": lambda v, n: v * n, "avg": lambda v, n: v, "max": lambda v, n: v, "min": lambda v, n: v,
               "product": lambda v, n: v**n, "band": lambda v, n: v, "bor": lambda v, n: v}  # fmt: skip
+
+
+def _plain(a) -> bool:
+    """A plain real tensor: not fake, not a subclass (DTensor, a compiler's FunctionalTensor, Parameter)."""
+    return type(a) is torch.Tensor
 
 
 def _small(x) -> bool:
@@ -40,13 +45,12 @@ class KnownValues:
     """Host copies of the values of small fake tensors (keyed by the fake tensor, while it lives)."""
 
     def __init__(self):
+        self._known: dict = {}  # id(fake) -> (weakref to it, its value as a host tensor)
         self.assumed: collections.Counter = collections.Counter()  # (site, collective) -> calls
 
-    @staticmethod
-    def value(t):
-        # Kept on the fake tensor itself: a weak reference to it would make torch.utils.swap_tensors
-        # refuse it (Module.to swaps parameters), and an attribute moves with a swap.
-        return getattr(t, _ATTR, None)
+    def value(self, t):
+        entry = self._known.get(id(t))
+        return entry[1] if entry is not None and entry[0]() is t else None
 
     def item(self, t):
         """The Python value of a known one-element fake tensor (None when it is not known)."""
@@ -56,14 +60,12 @@ class KnownValues:
         with _tp.modes_off():
             return v.item()
 
-    @staticmethod
-    def _set(t, value) -> None:
-        setattr(t, _ATTR, value)
+    def _set(self, t, value) -> None:
+        i = id(t)
+        self._known[i] = (weakref.ref(t, lambda _r: self._known.pop(i, None)), value)
 
-    @staticmethod
-    def _forget(t) -> None:
-        if getattr(t, _ATTR, None) is not None:
-            setattr(t, _ATTR, None)
+    def _forget(self, t) -> None:
+        self._known.pop(id(t), None)
 
     def _host_args(self, args, kwargs):
         """(args, kwargs) on the host, each fake tensor replaced by its value; None if one is unknown."""
@@ -75,8 +77,10 @@ class KnownValues:
                 unknown.append(v is None)
                 return v
             if isinstance(a, torch.Tensor):  # a real tensor (torch.tensor(..., device="neuron") lifts one)
-                unknown.append(not _small(a))
-                return a if a.device.type == "cpu" or not _small(a) else a.cpu()
+                if not _plain(a) or not _small(a):  # a subclass (a compiler's wrapper) has no value of its own
+                    unknown.append(True)
+                    return a
+                return a if a.device.type == "cpu" else a.cpu()
             if isinstance(a, torch.device) and a.type != "cpu":
                 return torch.device("cpu")
             if isinstance(a, str) and a.startswith("neuron"):
@@ -93,11 +97,15 @@ class KnownValues:
         if func.namespace in ("c10d", "_c10d_functional"):
             self._collective(func, args, out)
             return None
+        leaves = list(_tp.leaves(args, kwargs))
         if func.namespace != "aten" or not any(
-            isinstance(a, torch.Tensor) and (not isinstance(a, _tp.FakeTensor) or self.value(a) is not None)
-            for a in _tp.leaves(args, kwargs)
+            (id(a) in self._known) if isinstance(a, _tp.FakeTensor) else _plain(a) for a in leaves
         ):
             return None  # the common case: nothing known among the inputs
+        if any(isinstance(a, torch.nn.Parameter) for a in leaves):
+            # weights are not what libraries read back; and a weak reference to a fake parameter
+            # would make torch.utils.swap_tensors refuse it (Module.to swaps fake parameters)
+            return None
         with _tp.modes_off():
             host = self._host_args(args, kwargs) if _small(out) else None
         if host is None:  # what it writes is no longer known
