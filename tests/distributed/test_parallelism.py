@@ -3,8 +3,10 @@ CP x TP, with dropout on sharded activations), each checked against a single-cor
 same seeded model and data (losses / outputs and gradients). The workers in ./workers run
 under torchrun and state their tolerances."""
 
+import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,16 +16,25 @@ from helpers import REPO, load_example, run_python, worker_env
 WORKERS = Path(__file__).parent / "workers"
 
 
-def torchrun(nproc, script, *args, timeout=600, **env_extra):
-    """torchrun `script` (a worker's name, or a path) on `nproc` ranks; returns its stdout."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-    env = worker_env(**env_extra)
-    env.pop("TORCH_DISTRIBUTED_DEBUG", None)
-    p = subprocess.run(
-        [*cmd, str(WORKERS / script), *map(str, args)], env=env, capture_output=True, text=True, timeout=timeout
-    )
-    out = p.stdout + p.stderr
-    assert p.returncode == 0, f"{script} failed (rc {p.returncode}):\n{out[-6000:]}"
+def torchrun(nproc, script, *args, timeout=600, findings=(), **env_extra):
+    """torchrun `script` (a worker's name, or a path) on `nproc` ranks, under `torch-neuronx check`;
+    returns its stdout. The check's comparison of the ranks' collectives must find nothing but what
+    each of `findings` names: these correct layouts (pipeline schedules, expert and context
+    parallelism, their combinations) are what it must not raise a false alarm on."""
+    with tempfile.TemporaryDirectory() as report:
+        cmd = [sys.executable, "-m", "torch_neuronx.cli", "check", "--out", report, "--"]
+        cmd += ["torchrun", "--standalone", f"--nproc_per_node={nproc}"]
+        env = worker_env(**env_extra)
+        env.pop("TORCH_DISTRIBUTED_DEBUG", None)
+        p = subprocess.run(
+            [*cmd, str(WORKERS / script), *map(str, args)], env=env, capture_output=True, text=True, timeout=timeout
+        )
+        out = p.stdout + p.stderr
+        assert p.returncode == 0, f"{script} failed (rc {p.returncode}):\n{out[-6000:]}"
+        across = json.loads((Path(report) / "report.json").read_text())["across_ranks"]
+    assert len(across["findings"]) == len(findings) and len(across["ranks_compared"]) == nproc, across
+    for f, what in zip(across["findings"], findings):
+        assert what in f["message"], (what, f)
     return p.stdout
 
 
@@ -61,7 +72,8 @@ def test_pipeline_x_fsdp_2d_mesh_matches_single_core():
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_pipeline_uneven_splits_fail_clearly():
-    out = torchrun(2, "pipeline_worker.py", "bad_split")
+    # the split the pipeline refuses, as its ranks exchanged it: found by the check too
+    out = torchrun(2, "pipeline_worker.py", "bad_split", findings=["send #9 [2, 8, 32] float32"])
     _check_cases(out, ["bad_split"], 2)
     assert out.count("layers: ValueError: 8 layers do not split evenly into 3 pipeline stages") == 2, out
     msg = (

@@ -278,6 +278,9 @@ def test_torchrun_job_dry_run_has_every_rank_and_the_real_collectives(tmp_path):
     key = lambda cs: sorted((c["kind"], c["dtype"], c["bytes"], c["group_size"]) for c in cs)  # noqa: E731
     assert key(dry["collectives"]) == key(real["collectives"]) != []
     assert dry["fallbacks"] == real["fallbacks"]
+    # TP x FSDP2 subgroups: the ranks' collectives agree in every group, in both runs
+    assert dry["across_ranks"]["findings"] == real["across_ranks"]["findings"] == []
+    assert len(dry["across_ranks"]["groups"]) >= 3  # the default group and the mesh's two dimensions
     assert dry["dry_run"] is not None and real["dry_run"] is None
 
 

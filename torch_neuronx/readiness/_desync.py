@@ -24,6 +24,8 @@ and a rank whose run ended with an error is not said to hang: its error is the f
 
 from __future__ import annotations
 
+import math
+
 from ._text import ranges
 
 # Ops whose inputs have the same shapes on every member; the others (all-to-all, gather,
@@ -42,6 +44,10 @@ def _sig(e) -> tuple:
 
 def _shapes(e) -> tuple:
     return tuple(tuple(s) for s in e.shapes)
+
+
+def _numel(e) -> int:
+    return sum(math.prod(s) for s in e.shapes)
 
 
 def describe(e) -> str:
@@ -240,7 +246,7 @@ def _p2p(name: str, logs: dict, failed: set):
                 msg = f"rank {dst} waits in {describe(r[k])} from rank {src}, which rank {src} never sends"
             elif k >= len(r):
                 msg = f"rank {src} waits in {describe(s[k])} to rank {dst}, which rank {dst} never receives"
-            elif _shapes(s[k]) != _shapes(r[k]) or s[k].dtype != r[k].dtype:
+            elif _numel(s[k]) != _numel(r[k]) or s[k].dtype != r[k].dtype:  # as gloo and NCCL match them
                 msg = f"rank {src}'s {describe(s[k])} does not match rank {dst}'s {describe(r[k])}"
                 return {"kind": "disagree", "group": name, "message": f"{_label(name, logs)}: {msg}"}
             else:

@@ -130,21 +130,24 @@ class Recorder:
         self.executor.failed(exc)
         self.error = "\n".join([f"{type(exc).__name__}: {exc}"] + getattr(exc, "__notes__", []))
 
+    def _not_the_run(self, t) -> bool:
+        """DTensor and the like (their local tensors' ops are the ones that run), and in a real run
+        fake tensors (a compiler tracing shapes, not the run)."""
+        return _torch_private.is_wrapper(t) or (
+            self.executor.ignores_fake_tensors and isinstance(t, _torch_private.FakeTensor)
+        )
+
     def on_op(self, func, args, kwargs, out, early_fallback) -> None:
         """One op call; `early_fallback` is the reason a real run's op fell back, if it did."""
         info = self._funcs.get(func)
         if info is None:
             info = self._funcs[func] = FuncInfo(func)
         ins, outs = tensors(kwargs.values(), tensors(args, [])), outputs(out)
-        for t in outs or ins:
-            if _torch_private.is_wrapper(t):
-                return  # DTensor and the like: their local tensors' ops are the ones that run
-            if self.executor.ignores_fake_tensors and isinstance(t, _torch_private.FakeTensor):
-                return
+        if any(self._not_the_run(t) for t in outs or ins):
+            return
         name, kind = info.name, info.kind
-        collective = kind == "collective" and not name.startswith(
-            "_c10d_functional::wait_tensor"
-        )  # a wait moves no data
+        # a wait moves no data, and is not a collective of the group's stream
+        collective = kind == "collective" and not name.startswith("_c10d_functional::wait_tensor")
         if collective:  # on any device: host collectives are in the group's ordered stream too
             self.sequence.record(func, args, kwargs, collective_name(name))
         core, dname = _device_and_dtype(ins, outs)
@@ -171,8 +174,7 @@ class Recorder:
 
         formula = flop_registry.get(func)
         ins, outs = tensors(kwargs.values(), tensors(args, [])), outputs(out)
-        if any(_torch_private.is_wrapper(t) or (self.executor.ignores_fake_tensors and isinstance(
-                t, _torch_private.FakeTensor)) for t in ins + outs):  # fmt: skip
+        if any(self._not_the_run(t) for t in ins + outs):
             return
         core, dname = _device_and_dtype(ins, outs)
         if core is None:
