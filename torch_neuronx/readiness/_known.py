@@ -112,7 +112,12 @@ class KnownValues:
             for t in _tp.written_arguments(func, args):
                 self._forget(t)
             return None
-        real = _tp.run_real(func, *host)
+        try:
+            real = _tp.run_real(func, *host)
+        except Exception:  # the values cannot follow (an op with no host kernel): they are not known
+            for t in _tp.written_arguments(func, args):
+                self._forget(t)
+            return None
         fakes = out if isinstance(out, (list, tuple)) else (out,)
         if all(not isinstance(t, _tp.FakeTensor) or t.device.type == "cpu" for t in fakes) or any(
             not isinstance(a, _tp.FakeTensor) for a in _tp.written_arguments(func, args)
