@@ -47,7 +47,10 @@ class CollectiveMismatchError(dist.DistBackendError):
 _groups: dict[str, dict] = {}
 _lock = threading.Lock()
 _KEY = "neuron_hang"
-_GRACE_S = 2.0  # how long a failing rank waits for its peers' reports
+_GRACE_S = 2.0  # how long a failing rank waits for the reports of peers that may be elsewhere
+# After a mismatch every rank took part in the check's exchange, so every rank will report;
+# on a loaded machine that can take longer than the grace period above.
+_MISMATCH_GRACE_S = 30.0
 
 
 def check_timeout(timeout) -> datetime.timedelta:
@@ -161,16 +164,16 @@ def _tensors(args) -> list:
     return out
 
 
-def _peer_reports(info: dict, seq, mine: str) -> dict[int, str | None]:
+def _peer_reports(info: dict, seq, mine: str, grace_s: float) -> dict[int, str | None]:
     """Each other rank's pending collective on the group, as it reported it (None: no report
-    within the grace period, i.e. the rank is in no collective of this group)."""
+    within `grace_s`)."""
     store, me, size = info["store"], info["rank"], info["size"]
     try:
         store.set(f"{_KEY}/pending/{me}", mine)
     except Exception:  # noqa: BLE001 - the store may be gone with rank 0; the diagnosis degrades
         return {}
     reports: dict[int, str | None] = {r: None for r in range(size) if r != me}
-    deadline = time.monotonic() + _GRACE_S
+    deadline = time.monotonic() + grace_s
     while True:
         for r in [r for r, v in reports.items() if v is None]:
             key = f"{_KEY}/pending/{r}"
@@ -231,14 +234,17 @@ def _diagnose(pg, op: str, args, err: BaseException) -> BaseException | None:
 
 
 def _peers(info: dict, seq, mine: str, verb: str) -> str:
-    reports = _peer_reports(info, seq, mine)
+    issued = verb == "issued"  # a mismatch: every rank joined the check's exchange
+    reports = _peer_reports(info, seq, mine, _MISMATCH_GRACE_S if issued else _GRACE_S)
     ranks = info["ranks"]
     absent = sorted(ranks[r] for r, v in reports.items() if v is None)
     elsewhere = [
-        f"rank {ranks[r]} {verb} {v}" for r, v in sorted(reports.items()) if v and (v != mine or verb == "issued")
+        f"rank {ranks[r]} {verb} {v}" for r, v in sorted(reports.items()) if v and (v != mine or issued)
     ]
     parts = []
-    if absent:
+    if absent and issued:
+        parts.append(f"ranks {absent} did not report what they issued within {_MISMATCH_GRACE_S:.0f} s")
+    elif absent:
         parts.append(f"ranks {absent} did not arrive (they are in no collective of this group)")
     parts.extend(elsewhere)
     return "; ".join(parts) or "every rank is waiting in the same collective (a peer process may have died)"
