@@ -63,7 +63,11 @@ class Chip:
     dma_engines: int  # per core
     dma_bytes_per_s_per_engine: float | None
     dma_fixed_s: float | None  # fixed cost of one DMA transfer
-    neuronlink_bytes_per_s: float | None  # per chip, inside an instance / UltraServer
+    # Per chip, inside an instance / UltraServer, both directions summed: AWS states chip-to-chip
+    # link figures as the sum over a chip's links of both directions (the Trn3 architecture page
+    # says so outright: "four PCIe Gen6 x8 links ... a total of 256 GB/s of bidirectional
+    # bandwidth"; PCIe Gen6 x8 is 32 GB/s each way).
+    neuronlink_bytes_per_s: float | None
 
     def per_core(self, lnc: int = 1) -> dict:
         """Figures of one logical NeuronCore made of `lnc` physical cores."""
@@ -256,37 +260,25 @@ def chip(name: str | None = None) -> Chip:
     raise ValueError(f"unknown Trainium chip '{name}'; choose one of {', '.join(CHIPS)}")
 
 
-# Figures of the readiness time model that are not per chip.
+class MissingFigure(ValueError):
+    """AWS publishes no figure a model needs for a chip: there is no estimate for it."""
+
+
+# Published figures and behaviour the readiness time model reads (its own choices among them,
+# e.g. the ring step latency, live in torch_neuronx/readiness with their reasoning).
 #
-# Collective latency: AWS's nccom-test examples (older hardware, marked "not up to date")
-# show tens of microseconds for a 1 KiB all-reduce on 2 ranks and a ~300 us floor on 16
-# ranks. A ring all-reduce takes 2 (n - 1) steps, so 10 us per ring step matches both:
-# 20 us at n = 2 and 300 us at n = 16.
-COLLECTIVE_STEP_LATENCY_S = 10e-6
 # Tensor Engine throttling (Trainium2 Architecture Guide for NKI): after an idle gap the
 # engine starts at about 50% and ramps to full speed over about 3 us.
 TENSOR_ENGINE_RAMP_S = 3e-6
 TENSOR_ENGINE_RAMP_START = 0.5
-
-# NeuronLink figures per chip count both directions: AWS states its chip-to-chip link figures as
-# the sum over a chip's links of both directions (the Trn3 architecture page says so outright:
-# "four PCIe Gen6 x8 links ... a total of 256 GB/s of bidirectional bandwidth"; PCIe Gen6 x8 is 32
-# GB/s each way). A ring sends one way on each link it uses ("multiple cycles with mutually
-# exclusive wires in parallel", Intra-node Collective Communications), so what a rank can send is
-# half its share of the chip's figure. A check against AWS's nccom-test guide, whose hardware is
-# not stated (its 16-rank all-reduce sweep picks KangaRing, a Trainium2 algorithm): at 32 MiB and
-# 512 MiB it took 2.75 and 9.69 ms. With half the figure (128 GB/s per rank on trn2 at LNC=2) that
-# leaves about 2 ms of latency at both sizes (2.3 and 1.8 ms); with the whole figure, 2.5 and 5.8.
-NEURONLINK_SEND_SHARE = 0.5
 
 # Collectives inside one Trainium2/3 instance ("Intra-node Collective Communications with AWS
 # Neuron", Neuron runtime documentation, 2025-12): the runtime picks by message size Mesh below
 # 1 MB (O(1): a reduce-scatter and an all-gather of two steps each, data routed straight to every
 # chip), Recursive Doubling-Halving from 1 to 56 MB (one intra-chip step and log2(chips)
 # inter-chip steps each way) and KangaRing above 56 MB (a ring of one primary rank per pair: half
-# the ring's hops). "The per-hop latency of Ring/KangaRing is about 1-2 us (HBM load dependent)":
-# the upper end is used, as every hop of a TP all-reduce waits on HBM the layer is also reading.
+# the ring's hops). "The per-hop latency of Ring/KangaRing is about 1-2 us (HBM load dependent)".
 INTRANODE_CHIPS = ("trn2", "trn3")  # the chips that page describes (4 logical ranks per chip)
-INTRANODE_HOP_LATENCY_S = 2e-6
+INTRANODE_HOP_LATENCY_RANGE_S = (1e-6, 2e-6)
 INTRANODE_MESH_MAX_BYTES = 1 << 20
 INTRANODE_RDH_MAX_BYTES = 56 << 20

@@ -8,7 +8,8 @@ instruction is charged to the engine that executes it, as an *initiation interva
 - Tensor Engine (nc_matmul, PE transpose): the 128x128 systolic array streams the
   moving tile one column (free element) per cycle at the Tensor clock (2.4 GHz on
   trn2/trn3; 2.4e9 x 128 x 128 x 2 = 79 TFLOPS, the published BF16 rate). Cost
-  ``max(N, MM_INIT_LATENCY)`` cycles, scaled by the published BF16/dtype FLOP ratio
+  ``max(N, MM_INIT_LATENCY)`` cycles (``neuronsim.tensor_engine``, the rules the readiness
+  time model shares), scaled by the published BF16/dtype FLOP ratio
   (FP32 79/20, i.e. the guide's "roughly 4x"). Partial tiles (K or M < 128) cost as
   much as a full tile: the array is occupied either way.
 - Vector Engine: all 128 lanes in parallel, at the published data-path width (trn2/trn3:
@@ -39,8 +40,9 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from ..tensor_engine import instruction_cycles
+
 ENGINES = ("Tensor", "Vector", "Scalar", "GpSimd", "DMA")
-MM_INIT_LATENCY = 64  # TensorE cycles (NeuronCore-v2 guide; assumed for v3/v4)
 ACCESS_OVERHEAD_CYCLES = 60  # SBUF/PSUM access overhead (NeuronCore-v2 guide; assumed)
 PE_ROWS = PE_COLS = 128
 SCALAR_ELEMS_PER_CYCLE = 128  # "128 input/output" (Trainium2 guide's engine table)
@@ -59,7 +61,7 @@ def matmul_seconds(hw, moving_free, dtype_name="bfloat16"):
     """Time of one nc_matmul streaming ``moving_free`` columns of ``dtype_name`` inputs."""
     key = _TENSOR_RATE_KEY.get(dtype_name, "bfloat16")
     slowdown = hw.tensor_flops["bfloat16"] / hw.tensor_flops[key]
-    return max(moving_free, MM_INIT_LATENCY) * slowdown / hw.tensor_hz
+    return instruction_cycles(moving_free) * slowdown / hw.tensor_hz
 
 
 def elementwise_seconds(hw, engine, partitions, free_elems, n_inputs=1, all_16bit=False):

@@ -13,7 +13,8 @@ import torch
 import torch_neuronx
 from helpers import worker_env
 from neuronsim import hardware as hw
-from torch_neuronx.readiness import _estimate
+from torch_neuronx.readiness import _collective_time, _estimate
+from torch_neuronx.readiness._record import Bucket, CollectiveCall, Recording
 
 SCRIPTS = Path(__file__).parent / "scripts"
 MiB = 1 << 20
@@ -137,12 +138,33 @@ def test_small_ops_are_dominated_by_fixed_costs():
 
 def test_ring_all_reduce_takes_two_ring_steps_per_peer_and_its_bytes_over_the_link():
     fig = _estimate.core_figures("trn2", 2)  # no instance: the plain ring
-    step = fig["collective_step_latency_s"]
+    step = _collective_time.RING_STEP_LATENCY_S
     for n in (2, 16):  # a reduce-scatter and an all-gather: n - 1 steps each
-        assert _estimate.collective_time(fig, "allreduce", 1024, n)[1] == pytest.approx(2 * (n - 1) * step)
-    assert _estimate.collective_time(fig, "all_gather_into_tensor", 1024, 16)[1] == pytest.approx(15 * step)
-    t, lat, bw = _estimate.collective_time(fig, "allreduce", 1 << 30, 2)
+        assert _collective_time.collective_time(fig, "allreduce", 1024, n)[1] == pytest.approx(2 * (n - 1) * step)
+    assert _collective_time.collective_time(fig, "all_gather_into_tensor", 1024, 16)[1] == pytest.approx(15 * step)
+    t, lat, bw = _collective_time.collective_time(fig, "allreduce", 1 << 30, 2)
     assert bw == pytest.approx((1 << 30) / fig["link_bytes_per_s"]) and t == pytest.approx(lat + bw)
+
+
+def test_collectives_without_a_ring_have_their_own_formula_and_unknown_ones_are_listed():
+    fig = _estimate.core_figures("trn2", 2)  # no instance: the plain ring
+    step, link, nbytes = _collective_time.RING_STEP_LATENCY_S, fig["link_bytes_per_s"], 8 << 20
+    # broadcast: a pipelined chain, the whole buffer once over one link, n - 1 steps of latency
+    assert _collective_time.collective_time(fig, "broadcast", nbytes, 8)[1:] == pytest.approx((7 * step, nbytes / link))
+    # send: one step, the buffer once (not n - 1 ring steps of the group)
+    assert _collective_time.collective_time(fig, "send", nbytes, 8)[1:] == pytest.approx((step, nbytes / link))
+    # gather: the root's link carries the other ranks' shares
+    assert _collective_time.collective_time(fig, "gather", nbytes, 8)[2] == pytest.approx(7 / 8 * nbytes / link)
+    # a barrier moves nothing: an all-reduce's latency
+    assert _collective_time.collective_time(fig, "barrier", 4, 8)[1:] == pytest.approx((14 * step, 0.0))
+    assert not _collective_time.is_approximated("broadcast")
+    rec = Recording(buckets=[Bucket(), Bucket()])
+    for b in rec.buckets:  # listed once however often it ran
+        b.collectives[CollectiveCall("made_up_collective", "float32", nbytes, 8)] = 1
+    rec.buckets[0].collectives[CollectiveCall("broadcast", "float32", nbytes, 8)] = 1
+    assert _estimate.approximations([rec]) == [
+        "approximated: made_up_collective (no formula for them here; each timed as an all-gather of its bytes)."
+    ]
 
 
 # -- rendering and bad input ----------------------------------------------------
@@ -283,7 +305,7 @@ def test_compiled_graphs_are_costed_whole_once_per_run(monkeypatch, fresh_dynamo
 
     # the graphs' elementwise work is timed: more than their matmuls alone
     fig = _estimate.core_figures(est["chip"], est["lnc"])
-    matmuls = sum(_estimate.op_time(fig, *p)[0] for ps in raw.graph_parts.values() for p in ps if p.kind == "tensor")
+    matmuls = sum(_estimate.call_time(fig, p)[0] for ps in raw.graph_parts.values() for p in ps if p.kind == "tensor")
     assert rows[names[0]]["seconds"] + rows[names[1]]["seconds"] > 1.2 * matmuls
     # fusion saves HBM traffic and DMA fixed costs, so compiled is faster, but not by 2x here
     assert 0.5 * eager_est["step_seconds"] < est["step_seconds"] < eager_est["step_seconds"]
@@ -369,7 +391,7 @@ def test_check_cli_torchrun_two_ranks_ddp_collectives(tmp_path):
     # the median step: one all-reduce of 4 KiB inside the instance, the runtime's Mesh algorithm:
     # a reduce-scatter and an all-gather of 2 hops each
     est = data["estimates"][0]
-    assert est["terms"]["collective latency"] == pytest.approx(4 * hw.INTRANODE_HOP_LATENCY_S)
+    assert est["terms"]["collective latency"] == pytest.approx(4 * _collective_time.INTRANODE_HOP_LATENCY_S)
     # both ranks' peaks are kept; ranks identical in every memory figure share a row of the tables
     assert [(m["rank"], m["core"]) for m in data["memory_per_rank"]] == [(0, 0), (1, 1)]
     labels = {m["label"] for m in data["memory"]}

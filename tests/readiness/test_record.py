@@ -41,7 +41,7 @@ def test_a_recording_survives_json_with_its_types():
 
 def test_pinned_recordings_of_the_first_layout_load():
     """Recordings saved before the typed layout (positional rows) load as the same records."""
-    rec = Recording.from_json((DATA / "llama405b_tp64_raw.json").read_text())
+    rec = Recording.from_json((DATA / "llama405b_tp64_v1.json").read_text())
     prefill, *decodes = rec.generation.forwards
     assert prefill.phase == "prefill" and prefill.tokens == 10_240 and {d.phase for d in decodes} == {"decode"}
     assert CollectiveCall("reduce_scatter_base", "bfloat16", 335544320, 64) in prefill.collectives
@@ -49,6 +49,20 @@ def test_pinned_recordings_of_the_first_layout_load():
     # and they say so when they come from a newer version than this one reads
     with pytest.raises(ValueError, match="newer than this torch-neuronx reads"):
         Recording.from_json({"version": VERSION + 1})
+
+
+def test_recordings_of_version_2_load_without_the_tiles():
+    """Version 2 had no tile_flops: its matmuls load with 0 (timed at their FLOPs)."""
+    with torch_neuronx.readiness() as r:
+        torch.ones(4, 8, device="neuron") @ torch.ones(8, 4, device="neuron")
+    d = json.loads(r.recording.to_json())
+    assert d["version"] == VERSION == 3
+    d["version"] = 2
+    for b in d["buckets"]:
+        for o in b["ops"]:
+            del o["tile_flops"]
+    (mm,) = [c for c in Recording.from_json(d).buckets[-1].ops if c.op == "aten::mm"]
+    assert mm.tile_flops == 0 and mm.flops == 2 * 4 * 8 * 4
 
 
 def test_regions_count_what_runs_inside_them_besides_the_step():
@@ -92,6 +106,6 @@ def test_the_time_model_estimates_a_region_as_a_report_does_a_step():
 
 def test_bucket_keys_become_records():
     b = Bucket()
-    b.ops[("aten::mm", "float32", "tensor", 8, 4, 3)] += 2
+    b.ops[("aten::mm", "float32", "tensor", 8, 4, 3, 16)] += 2
     (k,) = b.typed().ops
-    assert k == OpCall("aten::mm", "float32", "tensor", 8, 4, 3) and k.bytes == 4 and b.typed().ops[k] == 2
+    assert k == OpCall("aten::mm", "float32", "tensor", 8, 4, 3, 16) and k.bytes == 4 and b.typed().ops[k] == 2

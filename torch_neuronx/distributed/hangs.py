@@ -238,9 +238,7 @@ def _peers(info: dict, seq, mine: str, verb: str) -> str:
     reports = _peer_reports(info, seq, mine, _MISMATCH_GRACE_S if issued else _GRACE_S)
     ranks = info["ranks"]
     absent = sorted(ranks[r] for r, v in reports.items() if v is None)
-    elsewhere = [
-        f"rank {ranks[r]} {verb} {v}" for r, v in sorted(reports.items()) if v and (v != mine or issued)
-    ]
+    elsewhere = [f"rank {ranks[r]} {verb} {v}" for r, v in sorted(reports.items()) if v and (v != mine or issued)]
     parts = []
     if absent and issued:
         parts.append(f"ranks {absent} did not report what they issued within {_MISMATCH_GRACE_S:.0f} s")

@@ -8,6 +8,9 @@ import weakref
 
 import torch
 
+from neuronsim import hardware as _hw
+from neuronsim import tensor_engine as _te
+
 from ._record import GraphPart
 
 PRIM_DEVICE = torch.ops.prim.device.default  # a tensor's device, asked from C++: nothing to record
@@ -122,6 +125,61 @@ class FuncInfo:
             self.kind = "vector"  # elementwise, reductions, copies: Vector/Scalar engines and DMA
 
 
+# The tile shapes are the same on every Trainium generation (a test checks), so a recording,
+# made once for every chip it is estimated on, can hold the tiles an op occupies.
+_TILES = _hw.CHIPS["trn2"]
+_ATTENTION = frozenset(
+    {
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_fused_attention_overrideable",
+        "flex_attention",
+    }
+)
+
+
+def _attention_matmuls(q, k, v, backward: bool) -> list:
+    """The matmuls of attention over q [..., Sq, D], k [..., Skv, D], v [..., Skv, Dv]: Q K^T and
+    P V; backward: Q K^T again, dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q."""
+    *batch, sq, d = q.shape
+    skv, dv = k.shape[-2], v.shape[-1]
+    n = 1
+    for b in batch:
+        n *= int(b)
+    if not backward:
+        return [(sq, d, skv, n), (sq, skv, dv, n)]
+    return [(sq, d, skv, n), (skv, sq, dv, n), (sq, dv, skv, n), (sq, skv, d, n), (skv, sq, d, n)]
+
+
+def _matmuls(name: str, args) -> list | None:
+    """[(m, k, n, count)] of the matmuls a Tensor Engine op runs, where its shapes say (else None)."""
+    base = name.split("::")[-1].split(".")[0]
+    if base in ("mm", "addmm"):
+        a, b = args[-2:] if base == "addmm" else args[:2]
+        return [(a.shape[0], a.shape[1], b.shape[1], 1)]
+    if base in ("bmm", "baddbmm"):
+        a, b = args[1:3] if base == "baddbmm" else args[:2]
+        return [(a.shape[1], a.shape[2], b.shape[2], a.shape[0])]
+    if base in _ATTENTION:
+        return _attention_matmuls(*args[:3], backward=False)
+    if base.endswith("_backward") and base.removesuffix("_backward") in _ATTENTION:
+        return _attention_matmuls(*args[1:4], backward=True)
+    return None
+
+
+def tile_flops(name: str, args, flops: int) -> int:
+    """The FLOPs the Tensor Engine's tiles occupy the array for while a matmul-like op runs
+    (``flops`` when every dimension fills its tiles); 0 where its shapes say nothing (a
+    convolution: timed at its FLOPs)."""
+    try:
+        mm = _matmuls(name, args)
+        return round(flops * _te.occupancy(_TILES, [tuple(int(x) for x in m) for m in mm])) if mm else 0
+    except (TypeError, ValueError, IndexError, AttributeError):  # symbolic or unexpected shapes
+        return 0
+
+
 def moved_bytes(name: str, ins: list, outs: list) -> int:
     """HBM bytes an op moves: its inputs read and outputs written once (a partial in-place
     write: the values and indices it reads, and the values it writes)."""
@@ -157,7 +215,10 @@ def _classify_nodes(gm) -> tuple:
             if kind == "mm":
                 flops = int(info.flops(*args, **kwargs, out_val=out))
                 nbytes = sum(_nbytes(t) for t in ins + outs)
-                parts.append(GraphPart("tensor", dtype_name(d or ins[0].dtype), flops, nbytes, len(ins) + len(outs)))
+                tiles = tile_flops(info.name, args, flops)
+                parts.append(
+                    GraphPart("tensor", dtype_name(d or ins[0].dtype), flops, nbytes, len(ins) + len(outs), tiles)
+                )
             else:
                 vec_ops += sum(t.numel() for t in ins + outs)  # one operation per element read or written
                 dtype = dtype or d
@@ -199,7 +260,9 @@ def graph_parts(gm) -> list:
             writes[node] = _nbytes(node.meta["val"])
     if vec_ops or reads or writes:
         nbytes = sum(reads.values()) + sum(writes.values())
-        parts.append(GraphPart("fused", dtype_name(dtype or torch.float32), vec_ops, nbytes, len(reads) + len(writes)))
+        parts.append(
+            GraphPart("fused", dtype_name(dtype or torch.float32), vec_ops, nbytes, len(reads) + len(writes), 0)
+        )
     return parts
 
 

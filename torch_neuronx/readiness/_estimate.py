@@ -13,13 +13,20 @@ import statistics
 
 from neuronsim import hardware as hw
 
+from . import _collective_time
+from ._collective_time import collective_time
+
 ASSUMPTIONS = (
     "Each op runs alone on one logical NeuronCore: time = fixed + max(compute, memory).",
     "compute: matmul-like ops (those torch.utils.flop_counter has a formula for, and attention, "
     "which the simulator runs as the CPU flash kernel, with its device form's FLOPs) at the Tensor "
     "Engine's dense peak for their input dtype (float32 at the FP32 rate, or TF32 when "
-    "torch.set_float32_matmul_precision allows it); other ops at the Vector Engine rate, one "
-    "operation per element read or written.",
+    "torch.set_float32_matmul_precision allows it), for the tiles they occupy: the contraction "
+    "dimension in tiles of 128 partitions, the stationary operand in tiles of 128 columns, the "
+    "moving one streamed in tiles of up to 512 columns at one column per cycle and at least 64 "
+    "cycles per instruction (NKI architecture guides), a partial tile costing a full one, the "
+    "cheaper of the two layouts (convolutions: at their FLOPs); other ops at the Vector Engine "
+    "rate, one operation per element read or written.",
     "memory: every input is read and every output written once from HBM, at the core's share of "
     "the chip's HBM bandwidth or its DMA engines' peak, whichever is lower; eager ops are not "
     "fused and reuse nothing across ops.",
@@ -32,18 +39,11 @@ ASSUMPTIONS = (
     "loaded whole from AOTAutograd's cache before the report started, is timed instead by the "
     "ATen ops its code calls (matmuls): a lower bound.",
     "fixed: one DMA transfer per operand at the published ~1.3 us fixed cost, plus the Tensor "
-    "Engine's ramp from 50% to full speed over ~3 us before each matmul.",
+    f"Engine's ramp from {hw.TENSOR_ENGINE_RAMP_START:.0%} to full speed over ~{hw.TENSOR_ENGINE_RAMP_S * 1e6:g} us "
+    "before each matmul.",
     "Views cost nothing. Ops that would fall back to CPU are timed as if native; their host "
     "round trip is not modelled.",
-    "collectives: ring algorithm, 10 us per ring step (calibrated on AWS's published nccom-test "
-    "latencies), each rank's ring bandwidth its logical core's share of what the chip's NeuronLink "
-    "links carry one way: half the published per-chip figure, which counts both directions.",
-    "collectives inside one trn2/trn3 instance: the latency of the algorithm AWS's runtime picks by "
-    "size (Mesh below 1 MB: 2 hops per reduce-scatter or all-gather; RDH to 56 MB: 1 + log2(chips) "
-    "hops; KangaRing above: half a ring's), 2 us per hop (AWS: about 1-2 us); bandwidth as a ring.",
-    "collectives between instances (a group whose ranks sit on different instances): the same "
-    "ring, each rank's bandwidth its share of the instance's published EFA bandwidth (trn1.32xlarge: "
-    "800 Gbps over 32 cores).",
+    *_collective_time.assumptions(),
     "pipeline parallelism (benchmarks of published runs): a 1F1B schedule, as NeuronX Distributed "
     "runs it, over M micro-batches and P stages takes the sum of one micro-batch's forward and "
     "backward time on every stage plus (M - 1) times the slowest stage's (with equal stages, "
@@ -60,6 +60,22 @@ ASSUMPTIONS = (
 _RAMP_AVG = (1 + hw.TENSOR_ENGINE_RAMP_START) / 2
 
 
+def approximations(recordings: list) -> list:
+    """Assumption lines for what these recordings hold that the model only approximates."""
+    kinds = sorted(
+        {
+            c.kind
+            for r in recordings
+            for b in r.buckets + r.generation.forwards
+            for c in b.collectives
+            if _collective_time.is_approximated(c.kind)
+        }
+    )
+    if not kinds:
+        return []
+    return [f"approximated: {', '.join(kinds)} (no formula for them here; each timed as an all-gather of its bytes)."]
+
+
 def _breakdown_entry(op: str, dtype: str) -> dict:
     """An empty row of the per-op breakdown (ops and collectives share the layout)."""
     return {
@@ -72,10 +88,6 @@ def _breakdown_entry(op: str, dtype: str) -> dict:
         "fixed_seconds": 0.0,
         "compute_bound_calls": 0,
     }
-
-
-class MissingFigure(ValueError):
-    """AWS publishes no figure the model needs for a chip: there is no estimate for it."""
 
 
 _FIGURE_NAMES = {
@@ -99,7 +111,7 @@ def core_figures(chip: str, lnc: int, instance: str | None = None) -> dict:
     have = {**core, "dma_fixed_s": spec.dma_fixed_s, "neuronlink_bytes_per_s": link}
     missing = [name for key, name in _FIGURE_NAMES.items() if have[key] is None]
     if missing:
-        raise MissingFigure(f"no estimate for {chip}: AWS publishes no {' or '.join(missing)} figure for it")
+        raise hw.MissingFigure(f"no estimate for {chip}: AWS publishes no {' or '.join(missing)} figure for it")
     return {
         "chip": chip,
         "lnc": lnc,
@@ -107,8 +119,7 @@ def core_figures(chip: str, lnc: int, instance: str | None = None) -> dict:
         "vector_flops": core["vector_flops"],
         "memory_bytes_per_s": min(core["hbm_bytes_per_s"], core["dma_bytes_per_s"]),
         "dma_fixed_s": spec.dma_fixed_s,
-        "link_bytes_per_s": link * hw.NEURONLINK_SEND_SHARE / (spec.physical_cores // lnc),
-        "collective_step_latency_s": hw.COLLECTIVE_STEP_LATENCY_S,
+        "link_bytes_per_s": link * _collective_time.NEURONLINK_SEND_SHARE / (spec.physical_cores // lnc),
         **_intranode_figures(spec, lnc, instance),
         "efa_bytes_per_s": efa,  # per rank, when every rank of the instance talks off the instance at once
     }
@@ -122,17 +133,6 @@ def _intranode_figures(spec, lnc: int, instance: str | None) -> dict:
     return {"intranode_ranks": hw.INSTANCES[instance].chips * per_chip, "ranks_per_chip": per_chip}
 
 
-def _intranode_hops(name: str, nbytes: int, size: int, per_chip: int) -> int:
-    """Hops of the algorithm the Neuron runtime picks for a collective inside one instance."""
-    halves = 2 if name in ("allreduce", "all_reduce") else 1  # all-reduce: reduce-scatter + all-gather
-    if nbytes < hw.INTRANODE_MESH_MAX_BYTES:
-        return 2 * halves
-    if nbytes <= hw.INTRANODE_RDH_MAX_BYTES:
-        chips = max(1, -(-size // per_chip))
-        return (1 + max(0, (chips - 1).bit_length())) * halves
-    return max(1, (size - 1) // 2) * halves
-
-
 def _tensor_rate(fig: dict, dtype: str, fp32_precision: str) -> float:
     rates = fig["tensor_flops"]
     if dtype in ("bfloat16", "float16"):
@@ -144,16 +144,31 @@ def _tensor_rate(fig: dict, dtype: str, fp32_precision: str) -> float:
     return rates["float32"]
 
 
+def call_time(fig: dict, call, fp32_precision: str = "highest") -> tuple:
+    """(seconds, {"fixed", "compute", "memory"}) of one :class:`OpCall` or :class:`GraphPart`."""
+    return op_time(
+        fig, call.kind, call.dtype, call.flops, call.bytes, call.operands, fp32_precision, call.tile_flops or None
+    )
+
+
 def op_time(
-    fig: dict, kind: str, dtype: str, flops: int, nbytes: int, operands: int, fp32_precision: str = "highest"
+    fig: dict,
+    kind: str,
+    dtype: str,
+    flops: int,
+    nbytes: int,
+    operands: int,
+    fp32_precision: str = "highest",
+    tile_flops: int | None = None,
 ) -> tuple:
-    """(seconds, {"fixed", "compute", "memory"}) of one call."""
+    """(seconds, {"fixed", "compute", "memory"}) of one call; a Tensor Engine op's compute time is
+    that of the FLOPs its tiles occupy the array for (`tile_flops`, when known)."""
     if kind == "view":
         return 0.0, {"fixed": 0.0, "compute": 0.0, "memory": 0.0}
     memory = nbytes / fig["memory_bytes_per_s"]
     fixed = operands * fig["dma_fixed_s"]
     if kind == "tensor":
-        compute = flops / _tensor_rate(fig, dtype, fp32_precision)
+        compute = (tile_flops or flops) / _tensor_rate(fig, dtype, fp32_precision)
         # The engine ramps from 50% speed: the first RAMP_S do RAMP_S * avg of the work.
         ramp_work = hw.TENSOR_ENGINE_RAMP_S * _RAMP_AVG
         fixed += min(compute, ramp_work) * (1 / _RAMP_AVG - 1)
@@ -168,37 +183,6 @@ def op_time(
 def _graph_dtype(parts: list) -> str:
     """A compiled graph's row is labelled with the dtype of its matmuls (else of its fused kernel)."""
     return next((p.dtype for p in parts if p.kind == "tensor"), parts[0].dtype if parts else "-")
-
-
-_RING = {  # collective -> (ring steps, bytes sent per rank), for n ranks and B bytes
-    "allreduce": lambda n, b: (2 * (n - 1), 2 * (n - 1) / n * b),
-    "all_reduce": lambda n, b: (2 * (n - 1), 2 * (n - 1) / n * b),
-    "allgather": lambda n, b: (n - 1, (n - 1) / n * b),
-    "all_gather_into_tensor": lambda n, b: (n - 1, (n - 1) / n * b),
-    "allgather_base": lambda n, b: (n - 1, (n - 1) / n * b),
-    "allgather_into_tensor_coalesced": lambda n, b: (n - 1, (n - 1) / n * b),
-    "reduce_scatter": lambda n, b: (n - 1, (n - 1) / n * b),
-    "reduce_scatter_base": lambda n, b: (n - 1, (n - 1) / n * b),
-    "reduce_scatter_tensor": lambda n, b: (n - 1, (n - 1) / n * b),
-    "alltoall": lambda n, b: (n - 1, (n - 1) / n * b),
-    "alltoall_base": lambda n, b: (n - 1, (n - 1) / n * b),
-    "all_to_all_single": lambda n, b: (n - 1, (n - 1) / n * b),
-}
-
-
-def collective_time(fig: dict, name: str, nbytes: int, size: int, across_instances: bool = False) -> tuple:
-    """(seconds, latency part, bandwidth part) of one collective; `across_instances` when its
-    group's ranks are on different instances (it then runs at the rank's share of EFA)."""
-    if size <= 1:
-        return 0.0, 0.0, 0.0
-    steps, sent = _RING.get(name, lambda n, b: (n - 1, b))(size, nbytes)
-    lat = steps * fig["collective_step_latency_s"]
-    if not across_instances and fig.get("intranode_ranks") and size <= fig["intranode_ranks"] and name in _RING:
-        lat = _intranode_hops(name, nbytes, size, fig["ranks_per_chip"]) * hw.INTRANODE_HOP_LATENCY_S
-    if across_instances and fig.get("efa_bytes_per_s") is None:
-        raise MissingFigure(f"no estimate across instances for {fig['chip']}: the instance has no EFA figure")
-    bw = sent / (fig["efa_bytes_per_s"] if across_instances else fig["link_bytes_per_s"])
-    return lat + bw, lat, bw
 
 
 def pipeline_seconds(stage_seconds: list, microbatches: int) -> float:
@@ -223,7 +207,7 @@ def estimate(
     """
     try:
         fig = core_figures(chip, lnc, instance)
-    except MissingFigure as e:
+    except hw.MissingFigure as e:
         return {"chip": chip, "lnc": lnc, "instance": instance, "missing": str(e)}
     per_rank = [_rank_estimate(r, fig, fp32_precision) for r in recordings]
     slowest = max(per_rank, key=lambda e: e["step_seconds"])
@@ -292,14 +276,14 @@ def _utilisation(per_rank: list, seconds: float, fig: dict, prec: str) -> dict:
 
 def _graph_seconds(parts: dict, fig: dict, prec: str) -> dict:
     """Estimated seconds of one run of each compiled graph, from its parts."""
-    return {g: sum(op_time(fig, *p, prec)[0] for p in ps) for g, ps in parts.items()}
+    return {g: sum(call_time(fig, p, prec)[0] for p in ps) for g, ps in parts.items()}
 
 
 def _bucket_seconds(buckets: list, fig: dict, prec: str, graph_seconds: dict) -> list:
     """Estimated seconds of each Bucket."""
     seconds = []
     for b in buckets:
-        t = sum(op_time(fig, c.kind, c.dtype, c.flops, c.bytes, c.operands, prec)[0] * n for c, n in b.ops.items())
+        t = sum(call_time(fig, c, prec)[0] * n for c, n in b.ops.items())
         t += sum(collective_time(fig, c.kind, c.bytes, c.group_size)[0] * n for c, n in b.collectives.items())
         t += sum(graph_seconds[g] * n for g, n in b.graphs.items())
         seconds.append(t)
@@ -380,7 +364,7 @@ def _breakdown(scope: list, parts: dict, fig: dict, prec: str) -> tuple:
             e["count"] += n
             compute = memory = 0.0
             for part in ps:
-                t, p = op_time(fig, *part, prec)
+                t, p = call_time(fig, part, prec)
                 # Tensor Engine FLOPs only, as for ops: a fused kernel's count is of vector operations
                 _add_call(terms, e, t, p, part.flops if part.kind == "tensor" else 0, part.bytes, n)
                 compute, memory = compute + p["compute"], memory + p["memory"]
@@ -390,7 +374,7 @@ def _breakdown(scope: list, parts: dict, fig: dict, prec: str) -> tuple:
         for c, n in b.ops.items():
             if c.kind == "view":
                 continue
-            t, p = op_time(fig, c.kind, c.dtype, c.flops, c.bytes, c.operands, prec)
+            t, p = call_time(fig, c, prec)
             e = by_op.setdefault((c.op, c.dtype), _breakdown_entry(c.op, c.dtype))
             e["count"] += n
             e["compute_bound_calls"] += n if _add_call(terms, e, t, p, c.flops, c.bytes, n) else 0
@@ -419,9 +403,7 @@ class TimeModel:
 
     def op_seconds(self, call) -> float:
         """One call of an :class:`OpCall` or a :class:`GraphPart`."""
-        return op_time(self.figures, call.kind, call.dtype, call.flops, call.bytes, call.operands, self.fp32_precision)[
-            0
-        ]
+        return call_time(self.figures, call, self.fp32_precision)[0]
 
     def collective_seconds(self, kind: str, nbytes: int, group_size: int, across_instances: bool = False) -> float:
         return collective_time(self.figures, kind, nbytes, group_size, across_instances)[0]

@@ -14,7 +14,8 @@ import enum
 import json
 from typing import NamedTuple
 
-VERSION = 2
+# 3: OpCall and GraphPart gained tile_flops (a version-2 recording loads with 0: not known)
+VERSION = 3
 
 
 class OpCall(NamedTuple):
@@ -26,6 +27,7 @@ class OpCall(NamedTuple):
     flops: int
     bytes: int  # HBM bytes moved
     operands: int  # DMA transfers: inputs and outputs
+    tile_flops: int = 0  # Tensor Engine: the FLOPs its tiles occupy the array for (0: as flops)
 
 
 class CollectiveCall(NamedTuple):
@@ -46,6 +48,7 @@ class GraphPart(NamedTuple):
     flops: int
     bytes: int
     operands: int
+    tile_flops: int = 0  # as OpCall's
 
 
 class CollectiveEntry(NamedTuple):
@@ -225,7 +228,7 @@ class Recording:
         version = d.get("version", 1)
         if version == 1:
             return _from_v1(d)
-        if version != VERSION:
+        if version not in (2, VERSION):
             raise ValueError(
                 f"recording version {version} is newer than this torch-neuronx reads ({VERSION}); "
                 "upgrade torch-neuronx to read it"
@@ -248,7 +251,7 @@ def _bucket_to_dict(b: Bucket) -> dict:
 
 def _bucket_from_dict(d: dict) -> Bucket:
     def counted(rows, typ, count):
-        return collections.Counter({typ(**{f: r[f] for f in typ._fields}): r[count] for r in rows})
+        return collections.Counter({typ(**{f: r[f] for f in typ._fields if f in r}): r[count] for r in rows})
 
     return Bucket(
         ops=counted(d.get("ops", []), OpCall, "calls"),

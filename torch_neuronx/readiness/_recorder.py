@@ -20,7 +20,7 @@ from neuronsim import settings as _settings
 
 from .. import _C
 from . import _torch_private
-from ._cost import PRIM_DEVICE, FuncInfo, dtype_name, moved_bytes, outputs, tensors
+from ._cost import PRIM_DEVICE, FuncInfo, dtype_name, moved_bytes, outputs, tensors, tile_flops
 from ._observers.collectives import collective_key, collective_name
 from ._observers.compile import Compile
 from ._observers.fallbacks import Fallbacks
@@ -159,10 +159,11 @@ class Recorder:
         elif self.graphs.in_graph():
             self.fallbacks.check(func, name, ins, outs, early_fallback)
         elif kind == "view":
-            self.spans.count_op((name, dname, kind, 0, 0, 0))
+            self.spans.count_op((name, dname, kind, 0, 0, 0, 0))
         else:
             flops = int(info.flops(*args, **kwargs, out_val=out)) if info.flops is not None else 0
-            self.spans.count_op((name, dname, kind, flops, moved_bytes(name, ins, outs), len(ins) + len(outs)))
+            tiles = tile_flops(name, args, flops) if kind == "tensor" else 0
+            self.spans.count_op((name, dname, kind, flops, moved_bytes(name, ins, outs), len(ins) + len(outs), tiles))
             self.fallbacks.check(func, name, ins, outs, early_fallback)
         self.memory.after_op(core, outs, name)
 
@@ -184,7 +185,10 @@ class Recorder:
             return
         flops = int(formula(*args, **kwargs, out_val=out))
         nbytes = sum(t.nbytes for t in ins + outs)
-        self.spans.count_op((f"higher_order::{func.name()}", dname, "tensor", flops, nbytes, len(ins) + len(outs)))
+        tiles = tile_flops(func.name(), args, flops)
+        self.spans.count_op(
+            (f"higher_order::{func.name()}", dname, "tensor", flops, nbytes, len(ins) + len(outs), tiles)
+        )
         self.memory.after_op(core, outs, func.name())
 
     def recording(self) -> Recording:

@@ -69,7 +69,7 @@ class Report:
         d["across_ranks"] = merge.across_ranks(raws)
         prec = raws[0].fp32_precision
         d["estimates"] = verdict.chip_estimates(raws, inst, lnc, prec)
-        d["assumptions"] = list(_estimate.ASSUMPTIONS)
+        d["assumptions"] = list(_estimate.ASSUMPTIONS) + _estimate.approximations(raws)
         d["verdict"] = verdict.verdict(d)
         self.data = d
 

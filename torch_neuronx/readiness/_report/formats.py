@@ -52,6 +52,7 @@ def summary(d) -> str:
     for e in d["estimates"]:
         lines.append(f"  est. {render.est_label(e):<34} {render.est_line(e)}")
         lines += [f"       {label:<34} {text}" for label, text in render.phase_lines(e)]
+    lines += [f"  known error      {line}" for line in render.known_errors(d)]
     return "\n".join(lines)
 
 

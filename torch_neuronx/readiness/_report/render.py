@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import warnings
 
+from .. import _known_error
 from .._record import MemoryCategory
 from .._text import fmt_bytes, fmt_s, ranges
 
@@ -285,7 +286,12 @@ def _estimates(d) -> list:
             f"Per {scope}, slowest rank{' of the ranks run' if d['ranks_not_run'] else ''}; the target "
             "instance first. MFU: the step's matmul-like FLOPs over "
             f"all{' run' if d['ranks_not_run'] else ''} ranks' Tensor Engine dense peak for their main dtype "
-            "in that time. The shares split the step's time between the model's terms.",
+            "in that time. The shares split the step's time between the model's terms."
+            + "".join(
+                f" Known error of {_known_error.band(k)}"
+                + (f": {_known_error.rows_text(k)}." if k != "whole run" else ".")
+                for k in (_kinds(ests) if ests else [])
+            ),
             ["instance", "chip", "LNC", "time", "MFU"] + list(_SHARES) + ["dominated by"],
             rows,
         )
@@ -338,6 +344,19 @@ def _breakdown_sections(d, ests) -> list:
 
 
 _SHARES = ("compute", "memory", "fixed", "collectives")
+
+
+def _kinds(ests: list) -> list:
+    """The kinds of run the estimates are of, as the known-error table names them."""
+    kinds = ["training" if ests[0]["per_step"] else "whole run"]
+    phases = ests[0].get("phases") or {}
+    return kinds + [k for k in ("prefill", "decode") if phases.get(k)]
+
+
+def known_errors(d) -> list:
+    """One line per kind of run estimated: how far such estimates have been from AWS's figures."""
+    ests = [e for e in d["estimates"] if not e["missing"]]
+    return [_known_error.band(k) for k in _kinds(ests)] if ests else []
 
 
 def _fmt_mfu(e) -> str:
