@@ -13,7 +13,6 @@ import torch
 
 import torch_neuronx
 from helpers import tiny_llama, worker_env
-from neuronsim import hardware as hw
 from torch_neuronx.readiness import Recording, _collective_time, _cost, _estimate, _known_error
 
 REPO = Path(__file__).parents[2]
