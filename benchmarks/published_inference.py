@@ -65,7 +65,7 @@ AWS_TTFT_MS = 2442.0
 AWS_TPOT_MS = 37.9
 
 
-def _record(out: str, layers: int | None) -> None:
+def _record(out: str, layers: int | None, compiled: bool = False) -> None:
     """In a fresh process: the dry run of rank 0 of 64, its recording written to `out`."""
     import torch
     import torch.distributed as dist
@@ -89,6 +89,8 @@ def _record(out: str, layers: int | None) -> None:
             model = AutoModelForCausalLM.from_pretrained(
                 path, distributed_config=DistributedConfig(tp_plan=_sequence_parallel.PLAN), dtype=torch.bfloat16
             ).eval()
+            if compiled:  # context encoding and token generation each one compiled graph, as NxD Inference
+                model.forward = torch.compile(model.forward, backend="neuron", dynamic=False)
             ids = torch.ones(1, BUCKET, dtype=torch.long, device="neuron")
             with torch.no_grad():
                 model.generate(
@@ -108,7 +110,7 @@ def _record(out: str, layers: int | None) -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def recording(path: str | None = None, layers: int | None = None):
+def recording(path: str | None = None, layers: int | None = None, compiled: bool = False):
     """The saved recording at `path`, or a new dry run in a child process (its own simulator:
     trn2.48xlarge, rank 0 of 64)."""
     from torch_neuronx.readiness import Recording
@@ -124,6 +126,7 @@ def recording(path: str | None = None, layers: int | None = None):
         cmd = [sys.executable, os.path.abspath(__file__), "--_record", out] + (
             ["--layers", str(layers)] if layers else []
         )
+        cmd += ["--compiled"] if compiled else []
         subprocess.run(cmd, env=env, check=True)
         with open(out) as f:
             return Recording.from_json(f.read())
@@ -188,12 +191,13 @@ def main() -> None:
     ap.add_argument("--raw", help="compute the rows from this saved recording instead of a new dry run")
     ap.add_argument("--save-raw", help="write the recording here")
     ap.add_argument("--layers", type=int, help="fewer decoder layers (a quick check of the pipeline)")
+    ap.add_argument("--compiled", action="store_true", help="compile the model's forward (backend neuron)")
     ap.add_argument("--_record", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a._record:
-        _record(a._record, a.layers)
+        _record(a._record, a.layers, a.compiled)
         return
-    raw = recording(a.raw, a.layers)
+    raw = recording(a.raw, a.layers, a.compiled)
     if a.save_raw:
         with open(a.save_raw, "w") as f:
             f.write(raw.to_json())

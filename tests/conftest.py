@@ -29,3 +29,4 @@ def fresh_dynamo():
     torch.neuron.reset_dynamo_metrics()
     yield
     torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()  # later tests start with nothing compiled before them

@@ -20,7 +20,7 @@ DATA = Path(__file__).parent / "data"
 PROMPT, NEW = 512, 4
 
 
-def _generate(dry_run: bool):
+def _generate(dry_run: bool, compiled: bool = False):
     config = dict(vocab_size=512, hidden_size=256, intermediate_size=1024, max_position_embeddings=1024)
     with torch_neuronx.readiness(dry_run=dry_run) as r:
         model = tiny_llama(**config, bos_token_id=1, eos_token_id=2, pad_token_id=None).to("neuron")
@@ -28,7 +28,7 @@ def _generate(dry_run: bool):
         with torch.no_grad():
             out = model.generate(
                 ids, max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False, cache_implementation="static",
-                disable_compile=True, pad_token_id=0,
+                disable_compile=not compiled, pad_token_id=0,
             )  # fmt: skip
     return r.report, tuple(out.shape)
 
@@ -55,6 +55,29 @@ def test_generate_reports_a_prefill_and_a_cheaper_decode_step(dry_run, fresh_dyn
     md = report.to_markdown()
     assert "Estimated generation phases" in md
     assert json.loads(report.to_json())["estimates"][0]["phases"]["decode"]["count"] == NEW - 1
+
+
+def test_a_compiled_decode_step_is_a_phase_costed_as_its_graph(fresh_dynamo):
+    """generate compiles its decode step (a static cache on neuron): each call of the compiled
+    forward is a decode step, costed from the graph it runs, and a dry run agrees with a real run."""
+    eager = _generate(False)[0].data["estimates"][0]["phases"]["decode"]  # before anything is compiled
+    phases = {}
+    for dry_run in (False, True):
+        torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()  # nothing compiled before the recording (see fresh_dynamo)
+        report, shape = _generate(dry_run, compiled=True)
+        assert shape == (1, PROMPT + NEW)
+        rec = report.data["estimates"][0]
+        phases[dry_run] = rec["phases"]
+        dec = rec["phases"]["decode"]
+        assert (dec["count"], dec["tokens"]) == (NEW - 1, 1)
+        # the decode step's time is mostly its compiled graph's, whole
+        (graph,) = [o for o in dec["ops"] if o["op"].startswith("compiled graph")]
+        assert graph["count"] == 1 and graph["seconds"] > 0.5 * dec["seconds"]
+    # fused, the step pays fewer per-op fixed costs than the same step run eagerly
+    assert phases[False]["decode"]["seconds"] < eager["seconds"]
+    for phase in ("prefill", "decode"):
+        assert phases[True][phase]["seconds"] == pytest.approx(phases[False][phase]["seconds"], rel=0.01)
 
 
 def test_a_forward_that_raises_is_closed_like_one_that_returns():

@@ -245,11 +245,13 @@ def test_compiled_graph_cost_parts_have_known_values():
     m, k, n = 8, 16, 4
     gm = make_fx(f, tracing_mode="fake")(torch.randn(m, k), torch.randn(k, n))
     mm, fused = graph_parts(gm)
-    assert mm == ("tensor", "float32", 2 * m * k * n, 4 * (m * k + k * n + m * n), 3)
+    # a tiny matmul occupies one instruction of the Tensor Engine: 64 cycles of the 128 x 128 array
+    tiles = 2 * 128 * 128 * 64
+    assert mm == ("tensor", "float32", 2 * m * k * n, 4 * (m * k + k * n + m * n), 3, tiles)
     # gelu, mul, sum, add: one operation per element each reads or writes
     ops = 2 * m * n + 2 * m * n + (m * k + 1) + (m * n + 1 + m * n)
     # reads the matmul result and x (through the view), writes the graph output; once each
-    assert fused == ("fused", "float32", ops, 4 * (m * n + m * k + m * n), 3)
+    assert fused == ("fused", "float32", ops, 4 * (m * n + m * k + m * n), 3, 0)
     # a graph for symbolic shapes has no one cost: its runs are timed op by op
     assert not _is_dynamic(gm) and _is_dynamic(
         make_fx(f, tracing_mode="symbolic")(torch.randn(m, k), torch.randn(k, n))

@@ -620,6 +620,9 @@ def partition_without_codegen(gm, example_inputs, graph_name: str = "graph"):
         bw_compiler=functools.partial(run_ops, kind="backward"),
         decompositions=select_decomp_table(),
         partition_fn=partition,
+        # as Inductor's compile_fx: an inference graph's writes to its inputs (a static KV
+        # cache's update) stay in the graph, not in copies after it
+        keep_inference_input_mutations=True,
     )
     return backend(gm, example_inputs)
 

@@ -384,6 +384,65 @@ GRAPH_BREAK_LOGGER = "torch._dynamo.symbolic_convert.__graph_breaks"
 GRAPH_BREAK_AT = re.compile(r"in user code at (.+?):(\d+)\s*\nGraph Break Reason: (.*)")
 
 
+class CompiledCallTap:
+    """Tells `on_call(args, kwargs)` of each outermost call of a ``torch.compile``'d function
+    (not of calls made while Dynamo traces): a forward run inside compiled code has no module
+    hook to delimit it, but the call of the compiled callable runs in eager Python. Only
+    callables that ``torch.compile`` makes while installed are seen (``OptimizeContext.__call__``
+    makes the wrapper that sets Dynamo's frame callback; ``torch.compile(module)`` makes one
+    for the module's call)."""
+
+    def __init__(self, on_call):
+        self._on_call = on_call
+        self._depth = threading.local()
+
+    def install(self) -> None:
+        import functools
+        import types
+
+        from torch._dynamo.eval_frame import OptimizeContext
+
+        orig = self._orig = OptimizeContext.__call__
+        tap = self
+
+        @functools.wraps(orig)
+        def __call__(ctx, fn):
+            compiled = orig(ctx, fn)
+            return tap._wrap(compiled) if isinstance(compiled, types.FunctionType) else compiled
+
+        OptimizeContext.__call__ = __call__
+
+    def _wrap(self, compiled):
+        import functools
+
+        depth = self._depth
+
+        @functools.wraps(compiled)  # keeps Dynamo's attributes (_torchdynamo_orig_callable, ...)
+        def call(*args, **kwargs):
+            if torch.compiler.is_compiling():
+                return compiled(*args, **kwargs)
+            d = getattr(depth, "n", 0)
+            if d == 0:
+                self._on_call(args, kwargs)
+            depth.n = d + 1
+            try:
+                return compiled(*args, **kwargs)
+            finally:
+                depth.n = d
+
+        return call
+
+    def active(self) -> bool:
+        """Whether this thread is inside a call of a tapped compiled callable."""
+        return getattr(self._depth, "n", 0) > 0
+
+    def remove(self) -> None:
+        from torch._dynamo.eval_frame import OptimizeContext
+
+        if getattr(self, "_orig", None) is not None:
+            OptimizeContext.__call__, self._orig = self._orig, None
+
+
 def collective_group(func, args):
     """The process group a c10d op runs in (None when it cannot be told)."""
     from torch.distributed._tools.fake_collectives import CollectiveOp
@@ -513,6 +572,8 @@ PATCH_POINTS = (
     ("a boxed ReduceOp's op() method", "reduce_op_name", "2.13.0", "torch.distributed:ReduceOp.RedOpType"),
     ("Dynamo's compile-start callbacks and counters", "observers/phases", "2.13.0",
      "torch._dynamo.callback:callback_handler.register_start_callback"),
+    ("the wrapper torch.compile makes for a callable", "CompiledCallTap", "2.13.0",
+     "torch._dynamo.eval_frame:OptimizeContext.__call__"),
 )  # fmt: skip
 
 

@@ -6,6 +6,7 @@ import weakref
 
 import torch
 
+from .. import _torch_private
 from .._record import Bucket, Generation
 
 
@@ -17,8 +18,14 @@ class Phases:
     A forward is a decode step when it gets the same ``past_key_values`` object as the forward
     before it and one token per sequence (``input_ids`` / ``inputs_embeds`` / its first tensor
     argument of shape ``(batch, 1, ...)``), as ``generate`` calls it; any other is a prefill.
-    Forwards run inside torch.compile are not seen by module hooks: a compiled graph run
-    outside an eager forward is noted, and the phases are then not estimated.
+    Forwards run inside torch.compile are not seen by module hooks (and the hooks are removed
+    when a compile starts: Dynamo would trace them): each outermost call of a ``torch.compile``'d
+    callable made during the recording (``generate``'s compiled decode step, a compiled
+    model) starts a forward instead, classified by the same rule from the call's arguments,
+    with the compiled graphs it runs costed whole. After the first compile, eager forwards are
+    not delimited: they count with the forward before them. A compiled graph run outside any
+    forward (a callable compiled before the recording) is noted, and the phases are then not
+    estimated.
     """
 
     def __init__(self, spans):
@@ -29,6 +36,7 @@ class Phases:
         self._off = False
         self._prev_cache = None
         self._handles = ()
+        self._tap = None
         self.compiled_outside = False
 
     def start(self) -> None:
@@ -44,20 +52,25 @@ class Phases:
             self.compiled_outside = True
             return
         callback_handler.register_start_callback(self._on_compile)
+        self._tap = _torch_private.CompiledCallTap(self._compiled_call)
+        self._tap.install()
         self._handles = (
             module.register_module_forward_pre_hook(self._pre),
             module.register_module_forward_hook(self._post, with_kwargs=True, always_call=True),
         )
 
     def _on_compile(self, _args=None) -> None:
-        self.compiled_outside = True
-        self._unhook()
+        # Inside a call of a callable compiled during the recording, that call is the forward.
+        inside = self._tap is not None and self._tap.active()
+        self.compiled_outside = self.compiled_outside or not inside
+        self._unhook(keep_forward=inside)
 
-    def _unhook(self) -> None:
+    def _unhook(self, keep_forward: bool = False) -> None:
         for h in self._handles:
             h.remove()
         self._handles = ()
-        self._switch(None)
+        if not keep_forward:
+            self._switch(None)
 
     def _switch(self, bucket) -> None:
         if self._cur is not None:
@@ -73,6 +86,9 @@ class Phases:
             callback_handler.remove_start_callback(self._on_compile)
         except ValueError:  # never registered (compiled before the recording)
             pass
+        if self._tap is not None:
+            self._tap.remove()
+            self._tap = None
         self._unhook()
 
     def training(self) -> None:
@@ -85,6 +101,14 @@ class Phases:
         """A compiled graph ran: outside an eager forward of a generation, the phases are unknown."""
         if self._cur is None and not self._off and self.forwards:
             self.compiled_outside = True
+
+    def _compiled_call(self, args, kwargs) -> None:
+        """A torch.compile'd callable is called: a forward whose module hooks run compiled."""
+        if self._off:
+            return
+        self.forwards.append(Bucket())
+        self._switch(self.forwards[-1])
+        self._cur.phase, self._cur.tokens = self._classify(args, kwargs)
 
     def _pre(self, module, args):
         if torch.compiler.is_compiling():
