@@ -378,6 +378,33 @@ class StorageResizeTap:
             self._orig = None
 
 
+class BufferStorageTap:
+    """Makes ``UntypedStorage.from_buffer`` a real host storage in a dry run.
+
+    Under a fake mode it makes a storage on "meta", without the bytes. The bytes exist (a
+    pickled object: c10d's object collectives turn one into a tensor this way), so the storage
+    holds them, as in a real run. Installed on the class for the dry run only, and removed after it.
+    """
+
+    def __init__(self):
+        self._installed = False
+
+    def install(self) -> None:
+        orig = torch._C.StorageBase.from_buffer
+
+        def from_buffer(*args, **kwargs):
+            with modes_off():
+                return orig(*args, **kwargs)
+
+        torch.UntypedStorage.from_buffer = staticmethod(from_buffer)
+        self._installed = True
+
+    def remove(self) -> None:
+        if self._installed:
+            del torch.UntypedStorage.from_buffer
+            self._installed = False
+
+
 # -- what the recorder reads -----------------------------------------------------------------
 # Dynamo logs each graph break, with its user line, only to this (private) logger when enabled.
 GRAPH_BREAK_LOGGER = "torch._dynamo.symbolic_convert.__graph_breaks"
@@ -498,6 +525,10 @@ PATCH_POINTS = (
      "torch._C:_push_on_torch_dispatch_stack"),
     ("UntypedStorage.resize_ replaced on the class", "StorageResizeTap", "2.13.0",
      "torch:UntypedStorage.resize_"),
+    ("UntypedStorage.from_buffer replaced on the class", "BufferStorageTap", "2.13.0",
+     "torch._C:StorageBase.from_buffer"),
+    ("c10d's object collectives replaced on their modules", "_objects.ObjectCollectivesTap", "2.13.0",
+     "torch.distributed.distributed_c10d:scatter_object_list"),
     ("running outside every dispatch mode", "run_real", "2.13.0",
      "torch.utils._python_dispatch:_disable_current_modes"),
     ("an op schema's alias annotations", "written_arguments", "2.13.0", "torch._C:FunctionSchema"),
