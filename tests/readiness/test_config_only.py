@@ -172,6 +172,23 @@ def test_a_peft_adapter_without_weights_on_a_config_only_base(tmp_path):
     assert dry_peak == real_peak > 0
 
 
+def test_an_adapter_with_its_weights_on_a_config_only_base(tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    base, adapter = tmp_path / "base", tmp_path / "lora"
+    model = _llama(base)
+    model.config.save_pretrained(base)
+    lora = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj"]))
+    lora.peft_config["default"].base_model_name_or_path = str(base)
+    lora.save_pretrained(adapter)
+    (_, stand_in), absent = _stand_ins(["python", str(adapter)], str(tmp_path / "s"))
+    assert [(a["path"], a["class"]) for a in absent] == [(str(base), "LlamaForCausalLM")]  # only the base stands in
+    name = "adapter_model.safetensors"
+    assert os.path.realpath(os.path.join(stand_in, name)) == str(adapter / name)
+    base_stand_in = json.loads(open(os.path.join(stand_in, "adapter_config.json")).read())["base_model_name_or_path"]
+    assert os.path.isfile(os.path.join(base_stand_in, "model.safetensors"))
+
+
 def test_a_sharded_checkpoint_whose_index_names_absent_shards(tmp_path):
     from transformers import AutoModelForCausalLM
 
@@ -208,3 +225,50 @@ def test_a_config_no_library_claims_is_named_not_replaced(tmp_path):
     text = absent_text(a)
     assert f"{tmp_path / 'mine' / 'config.json'} names no model of a library a dry run knows" in text
     assert all(lib in text for lib in ("transformers", "diffusers", "peft"))
+
+
+def test_a_sharded_diffusers_checkpoint_whose_index_names_absent_shards(tmp_path):
+    real, part = tmp_path / "real", tmp_path / "part"
+    _unet().save_pretrained(real, max_shard_size="1MB")
+    shards = sorted(p.name for p in real.glob("diffusion_pytorch_model-*.safetensors"))
+    assert len(shards) >= 3
+    os.system(f"cp -r {real} {part}")
+    os.remove(part / shards[-1])
+    (_, stand_in), (a,) = _stand_ins(["python", str(part)], str(tmp_path / "s"))
+    assert (a["class"], a["dtype"], a["dtype_from"]) == ("UNet2DConditionModel", "float32", "the shards present")
+    assert f"diffusion_pytorch_model.safetensors.index.json names ({shards[-1]})" in a["absent"]
+    assert _header(os.path.join(stand_in, shards[-1])) == _header(real / shards[-1])
+
+
+@pytest.mark.slow
+def test_check_dry_run_of_a_pipeline_without_unet_weights_and_a_config_no_library_claims(tmp_path, capsys):
+    import sys
+    import textwrap
+
+    from torch_neuronx.readiness import _cli
+
+    pipe, other = tmp_path / "pipe", tmp_path / "other"
+    _sd_pipeline(pipe)
+    os.remove(pipe / "unet" / "diffusion_pytorch_model.safetensors")
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"hidden": 4}))
+    script = tmp_path / "load.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import sys
+            from diffusers import DiffusionPipeline
+            DiffusionPipeline.from_pretrained(sys.argv[1]).to("neuron")
+            """
+        )
+    )
+    out = tmp_path / "rep"
+    assert _cli.main(["--dry-run", "--out", str(out), "--", sys.executable, str(script), str(pipe), str(other)]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    unet, unclaimed = rep["dry_run"]["absent_weights"]
+    assert (unet["path"], unet["class"]) == (str(pipe / "unet"), "UNet2DConditionModel")
+    assert unclaimed["path"] == str(other) and unclaimed["class"] is None
+    captured = capsys.readouterr()
+    assert f"{other}: no stand-in ({other / 'config.json'} names no model of a library" in captured.err
+    assert f"weights absent   {pipe / 'unet'}: config.json and no weight files; loaded as UNet2DC" in captured.out
+    assert rep["memory"][0]["peak_allocated"] >= unet["bytes"]

@@ -31,13 +31,19 @@ def _kind(path: str) -> str | None:
         return None
     if _diffusers.is_pipeline(path):
         return "pipeline"
-    if _peft.claims(path):
+    if _peft.claims(path) or _base_needs_stand_in(path):
         return "peft"
     if _shards.absent(path) is not None:
         return "shards"
     if _headers.has_weights(path) or not os.path.isfile(os.path.join(path, "config.json")):
         return None
     return "transformers" if _transformers.claims(path) else "diffusers" if _diffusers.claims(path) else "unknown"
+
+
+def _base_needs_stand_in(path: str) -> bool:
+    """An adapter with its weights whose base is a local directory without its own."""
+    base = _peft.base_of(path)
+    return base is not None and os.path.isdir(base) and _kind(base) not in (None, "unknown")
 
 
 def _meta_model(path: str, class_name: str | None = None):
@@ -107,8 +113,8 @@ class _Planner:
         return records
 
     def _base_stand_in(self, adapter: str) -> str | None:
-        base = (_headers.read_json(os.path.join(adapter, "adapter_config.json")) or {}).get("base_model_name_or_path")
-        return self.stand_in_for(base) if isinstance(base, str) and os.path.isdir(base) else None
+        base = _peft.base_of(adapter)
+        return self.stand_in_for(base) if base is not None and os.path.isdir(base) else None
 
 
 def _unclaimed(path: str, reason: str) -> dict:
