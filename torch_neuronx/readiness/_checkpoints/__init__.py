@@ -27,8 +27,13 @@ _KNOWN = (
 
 def _kind(path: str) -> str | None:
     """Which stand-in ``path`` needs: a library's, "unknown" (a config none claims), or None."""
-    if not os.path.isdir(path):
+    try:
+        return _kind_of_dir(path) if os.path.isdir(path) else None
+    except OSError:  # a directory it cannot read: the script's own business
         return None
+
+
+def _kind_of_dir(path: str) -> str | None:
     if _diffusers.is_pipeline(path):
         return "pipeline"
     if _peft.claims(path) or _base_needs_stand_in(path):
