@@ -48,7 +48,9 @@ def _kind_of_dir(path: str) -> str | None:
 def _base_needs_stand_in(path: str) -> bool:
     """An adapter with its weights whose base is a local directory without its own."""
     base = _peft.base_of(path)
-    return base is not None and os.path.isdir(base) and _kind(base) not in (None, "unknown")
+    if base is None or not os.path.isdir(base) or os.path.realpath(base) == os.path.realpath(path):
+        return False
+    return _kind(base) not in (None, "unknown")
 
 
 def _meta_model(path: str, class_name: str | None = None):
@@ -58,6 +60,11 @@ def _meta_model(path: str, class_name: str | None = None):
     if _diffusers.claims(path):
         return _diffusers.meta_model(path)
     raise LookupError(f"{os.path.join(path, 'config.json')} names no model class of {_KNOWN}")
+
+
+def _meta_base(base: str):
+    """An adapter's base model on the meta device: a local directory's, or a Hub id's from its cached config."""
+    return (_meta_model(base) if os.path.isdir(base) else _transformers.meta_model(base))[0]
 
 
 class _Planner:
@@ -100,7 +107,7 @@ class _Planner:
         if kind == "pipeline":
             return _diffusers.pipeline_stand_in(path, dest, self._needs, self._component)
         if kind == "peft":
-            return _peft.stand_in(path, dest, lambda base: _meta_model(base)[0], self._base_stand_in(path))
+            return _peft.stand_in(path, dest, _meta_base, self._base_stand_in(path))
         if kind == "shards":
             return _shards.stand_in(path, dest, _meta_model)
         if kind == "transformers":
