@@ -168,7 +168,7 @@ def _config_only_dir(path):
 
 
 def test_stand_ins_replace_only_config_only_directories(tmp_path):
-    from torch_neuronx.readiness._checkpoint import _stand_ins
+    from torch_neuronx.readiness._checkpoints import _stand_ins
 
     cfg, weights = tmp_path / "cfg", tmp_path / "weights"
     _config_only_dir(cfg)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import sys
 import types
 
-from ._checkpoint import header_only_checkpoint
+from ._checkpoints import header_only_checkpoint
 from ._estimate import TimeModel
 from ._record import Recording
 from ._report import Report

@@ -160,9 +160,12 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="neuron-readiness-") as raw_dir:
         run, absent = cmd, []
         if opts.dry_run:  # a real run needs the weights: transformers' own error, as without check
-            from ._checkpoint import _stand_ins
+            from ._checkpoints import _stand_ins
 
             run, absent = _stand_ins(cmd, os.path.join(raw_dir, "weights"))
+            for a in absent:
+                if a["class"] is None:  # said before the script runs into the library's own error
+                    print(f"torch-neuronx check --dry-run: {a['path']}: no stand-in ({a['reason']})", file=sys.stderr)
         child = _child_command(run, raw_dir, opts.dry_run, opts.workers, opts.ranks)
         rc = subprocess.call(child, env=env)
         from ._record import Recording

@@ -34,6 +34,7 @@ from . import _torch_private as _tp
 from ._cost import PRIM_DEVICE
 from ._known import KnownValues
 from ._ledger import StorageLedger, StorageRecord
+from ._objects import ObjectCollectivesTap
 from ._observers.fallbacks import WouldBeFallbacks
 from ._record import MemoryCategory
 from ._values import Values, ValueUnknownError
@@ -158,6 +159,7 @@ class DryExecutor:
         self._fake = None
         self._mode = None
         self._taps = [_tp.StorageResizeTap(self._on_resize), _tp.ForeachTap(), _tp.ShardingCacheTap()]
+        self._taps += [_tp.BufferStorageTap(), _tp.ParameterClassTap(), ObjectCollectivesTap(self.known.assumed)]
         # Threads the script starts run ops here too (and storages die in any thread).
         self._lock = threading.RLock()
         self._hooks = []
@@ -195,7 +197,7 @@ class DryExecutor:
         self._hooks = []
         for tap in self._taps:
             tap.remove()
-        del self._taps[3:]  # the thread tap is made anew at each start
+        del self._taps[6:]  # the thread tap is made anew at each start
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
             self._fake.__exit__(None, None, None)
@@ -204,7 +206,7 @@ class DryExecutor:
 
     def failed(self, exc: BaseException) -> None:
         """transformers' error for a directory without weights gets the dry run's way out as a note."""
-        from ._checkpoint import _note_missing_weights
+        from ._checkpoints import _note_missing_weights
 
         _note_missing_weights(exc)
 

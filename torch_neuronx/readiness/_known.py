@@ -9,8 +9,8 @@ computes ops whose inputs it all knows on those copies, so a library that reads 
 data; the rule a dry run follows, listed in the report with each collective's source line, is that
 **every rank holds this rank's values**: an all-gather returns this rank's input from every rank, a
 broadcast leaves this rank's tensor as it is, a sum all-reduce multiplies by the group size and a
-min, max or average all-reduce returns it unchanged. Host tensors (object collectives,
-``all_gather_object``, ``broadcast_object_list``) follow the same rule, so a script that exchanges
+min, max or average all-reduce returns it unchanged. Object collectives (``all_gather_object``,
+``broadcast_object_list``, ...) follow the same rule (``_objects``), so a script that exchanges
 its config or seed goes on with its own. A job whose ranks really differ there is caught by the
 comparison of the ranks' collectives (another shape or op on some rank), not hidden by this rule.
 """
@@ -23,6 +23,7 @@ import weakref
 import torch
 
 from .._sites import user_site
+from . import _objects
 from . import _torch_private as _tp
 
 _LIMIT = 64 << 10  # bytes: values kept per tensor
@@ -147,6 +148,12 @@ class KnownValues:
             rule = _ALLREDUCE.get(_tp.reduce_op_name(args[2]) or "")
             for t in args[0]:
                 self._fill([(t, (lambda v: rule(v, n)) if rule else None)], t, func)
+        elif func is _c10d.gather_.default:  # the root's outputs; other ranks pass none
+            for outs in args[0]:
+                self._fill([(o, lambda v: v) for o in outs], args[1][0], func)
+        elif func is _c10d.scatter_.default and args[1]:  # the root's: this rank's share
+            (out,), (ins,) = args[0], args[1]
+            self._fill([(out, lambda v: v)], ins[pg.rank() if pg is not None else 0], func)
         elif func is _c10d.broadcast_.default:
             for t in args[0]:
                 self._fill([(t, lambda v: v)], t, func)
@@ -169,7 +176,8 @@ class KnownValues:
                 self._set(target, result.clone())
             else:  # a host tensor: the collective's result, written in place
                 target.copy_(result)
-        self.assumed[(user_site(), func.name().split("::")[1].split(".")[0].strip("_"))] += 1
+        if _objects.active() is None:  # an object collective is listed once, by its name
+            self.assumed[(user_site(), func.name().split("::")[1].split(".")[0].strip("_"))] += 1
 
     def record(self) -> list:
         """The collectives whose results were assumed, as value reads the report lists."""

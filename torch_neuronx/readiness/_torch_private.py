@@ -378,6 +378,67 @@ class StorageResizeTap:
             self._orig = None
 
 
+class BufferStorageTap:
+    """Makes ``UntypedStorage.from_buffer`` a real host storage in a dry run.
+
+    Under a fake mode it makes a storage on "meta", without the bytes. The bytes exist (a
+    pickled object: c10d's object collectives turn one into a tensor this way), so the storage
+    holds them, as in a real run. Installed on the class for the dry run only, and removed after it.
+    """
+
+    def __init__(self):
+        self._installed = False
+
+    def install(self) -> None:
+        orig = torch._C.StorageBase.from_buffer
+
+        def from_buffer(*args, **kwargs):
+            with modes_off():
+                return orig(*args, **kwargs)
+
+        torch.UntypedStorage.from_buffer = staticmethod(from_buffer)
+        self._installed = True
+
+    def remove(self) -> None:
+        if self._installed:
+            del torch.UntypedStorage.from_buffer
+            self._installed = False
+
+
+class ParameterClassTap:
+    """Lets ``type(param)(value, requires_grad=...)`` make a parameter of a fake one, as it does of
+    a real one (``Parameter(value, requires_grad=...)``).
+
+    A parameter made in a dry run is a FakeTensor marked as a parameter (``nn.Parameter`` of a
+    tensor subclass), so its type is FakeTensor, whose constructor takes a fake mode. accelerate's
+    ``set_module_tensor_to_device``, which diffusers loads weights with, rebuilds each parameter
+    by its type that way. Installed on FakeTensor for the dry run only, and removed after it.
+    """
+
+    def __init__(self):
+        self._orig = None
+
+    def install(self) -> None:
+        orig = self._orig = FakeTensor.__dict__["__new__"]
+
+        def new(cls, *args, **kwargs):
+            if (
+                cls is FakeTensor
+                and len(args) == 1
+                and isinstance(args[0], torch.Tensor)
+                and set(kwargs) <= {"requires_grad"}
+            ):
+                return torch.nn.Parameter(args[0], requires_grad=kwargs.get("requires_grad", True))
+            return orig.__func__(cls, *args, **kwargs)
+
+        FakeTensor.__new__ = staticmethod(new)
+
+    def remove(self) -> None:
+        if self._orig is not None:
+            FakeTensor.__new__ = self._orig
+            self._orig = None
+
+
 # -- what the recorder reads -----------------------------------------------------------------
 # Dynamo logs each graph break, with its user line, only to this (private) logger when enabled.
 GRAPH_BREAK_LOGGER = "torch._dynamo.symbolic_convert.__graph_breaks"
@@ -557,6 +618,12 @@ PATCH_POINTS = (
      "torch._C:_push_on_torch_dispatch_stack"),
     ("UntypedStorage.resize_ replaced on the class", "StorageResizeTap", "2.13.0",
      "torch:UntypedStorage.resize_"),
+    ("UntypedStorage.from_buffer replaced on the class", "BufferStorageTap", "2.13.0",
+     "torch._C:StorageBase.from_buffer"),
+    ("c10d's object collectives replaced on their modules", "_objects.ObjectCollectivesTap", "2.13.0",
+     "torch.distributed.distributed_c10d:scatter_object_list"),
+    ("FakeTensor.__new__ replaced on the class", "ParameterClassTap", "2.13.0",
+     "torch._subclasses.fake_tensor:FakeTensor.__new__"),
     ("running outside every dispatch mode", "run_real", "2.13.0",
      "torch.utils._python_dispatch:_disable_current_modes"),
     ("an op schema's alias annotations", "written_arguments", "2.13.0", "torch._C:FunctionSchema"),

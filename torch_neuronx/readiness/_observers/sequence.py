@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..._sites import user_site
 from ...distributed import backend as _c10d_backend
-from .. import _torch_private
+from .. import _objects, _torch_private
 from .._cost import dtype_name, tensors
 from .._record import CollectiveEntry, GroupLog
 
@@ -58,6 +58,9 @@ class CollectiveSequence:
             log.truncated = True
             return
         ins = tensors(kwargs.values(), tensors(args, []))
+        whole = _objects.active()
+        if whole is not None:  # a part of an object collective: its bytes are this rank's objects'
+            op = f"{op} ({whole})"
         peer = None
         if op in _P2P and _P2P[op] is not None and len(args) > _P2P[op] and isinstance(args[_P2P[op]], int):
             local = args[_P2P[op]]

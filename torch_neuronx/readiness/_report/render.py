@@ -65,7 +65,7 @@ def _dry_run(d) -> list:
     )
     absent = dr.get("absent_weights") or []
     if absent:
-        text += "\n\nWeights absent (the run loaded header-only weights built from the config in their place):\n\n"
+        text += "\n\nWeights absent (the run loaded header-only weights built from the config in their place, where it could):\n\n"
         text += "\n".join(f"- {absent_text(a)}" for a in absent)
     out = [("Dry run", text, None, None)]
     rows = [[v["site"], v["kind"], v["placeholder"], v["count"]] for v in dr["value_reads"]]
@@ -88,9 +88,13 @@ def _dry_run(d) -> list:
 
 
 def absent_text(a: dict) -> str:
+    what = a.get("absent", "config.json and no weight files")
+    if a.get("class") is None:  # no stand-in: the script got its own directory
+        return f"{a['path']}: {what}; no stand-in ({a['reason']})"
+    source = a.get("dtype_from", "the config" if a["dtype_from_config"] else None)
     return (
-        f"{a['path']}: config.json and no weight files; loaded as {a['class']} with {a['dtype']} weights "
-        f"({fmt_bytes(a['bytes'])}; {'dtype from the config' if a['dtype_from_config'] else 'the config names no dtype'})"
+        f"{a['path']}: {what}; loaded as {a['class']} with {a['dtype']} weights "
+        f"({fmt_bytes(a['bytes'])}; {f'dtype from {source}' if source else 'the config names no dtype'})"
     )
 
 

@@ -1,0 +1,63 @@
+"""Sharded checkpoints whose index names shards that are absent (some or all of them)."""
+
+from __future__ import annotations
+
+import collections
+import os
+
+from . import _headers
+
+_INDEXES = ("model.safetensors.index.json", "diffusion_pytorch_model.safetensors.index.json")
+_FLOATS = ("float32", "bfloat16", "float16", "float64")
+
+
+def absent(path: str):
+    """(the index's file name, its weight map, absent shard -> the tensors the index assigns it),
+    or None when no index names an absent shard."""
+    for name in _INDEXES:
+        weight_map = (_headers.read_json(os.path.join(path, name)) or {}).get("weight_map")
+        if not isinstance(weight_map, dict):
+            continue
+        missing = collections.defaultdict(list)
+        for tensor, shard in weight_map.items():
+            if not os.path.isfile(os.path.join(path, shard)):
+                missing[shard].append(tensor)
+        if missing:
+            return name, weight_map, dict(missing)
+    return None
+
+
+def _dtype(path: str, present: list, model_dtype, named: bool):
+    """The shards' dtype: the one of most floating tensors in a present shard's header, else the config's."""
+    import torch
+
+    for shard in present:
+        counts = _headers.read_dtypes(os.path.join(path, shard))
+        floats = [(n, d) for d, n in counts.items() if d in _FLOATS]
+        if floats:
+            return getattr(torch, max(floats)[1]), "the shards present"
+    return model_dtype, "the config" if named else None
+
+
+def stand_in(path: str, dest: str, meta_model) -> list:
+    """``dest``: ``path`` (linked) plus header-only files for its absent shards, each with the
+    tensors the index assigns it, their shapes those of the model its config builds (``meta_model``)."""
+    index, weight_map, missing = absent(path)
+    model, model_dtype, named = meta_model(path)
+    present = sorted(set(weight_map.values()) - set(missing))
+    dtype, dtype_from = _dtype(path, present, model_dtype, named)
+    state = model.to(dtype).state_dict()
+    unknown = sorted(t for names in missing.values() for t in names if t not in state)
+    if unknown:
+        raise LookupError(
+            f"{index} assigns tensors that {type(model).__name__}, built from config.json, does not have: "
+            + ", ".join(unknown[:5])
+            + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        )
+    _headers.mirror(path, dest, skip=missing)
+    nbytes = sum(
+        _headers.write_file(os.path.join(dest, s), {t: state[t] for t in names}) for s, names in missing.items()
+    )
+    n = len(set(weight_map.values()))
+    what = f"{len(missing)} of the {n} shards {index} names ({', '.join(sorted(missing))})"
+    return [_headers.record(path, what, model, dtype, dtype_from, nbytes)]
