@@ -49,7 +49,8 @@ ASSUMPTIONS = (
     "backward time on every stage plus (M - 1) times the slowest stage's (with equal stages, "
     "M + P - 1 micro-batch slots: the P - 1 slots are the pipeline bubble).",
     "Ops on host (CPU) tensors are not timed. Engines do not overlap one op with the next.",
-    "generation (no optimizer step): each top-level forward and the ops up to the next one are "
+    "generation (no optimizer step): each top-level forward (or call of a callable torch.compile "
+    "made during the recording, its graphs timed whole) and the ops up to the next one are "
     "timed as above; a prefill is a forward without the previous one's KV cache, a decode step "
     "one with it and one token per sequence; each phase is the median of its forwards. A KV cache "
     "costs what its ops move: a static cache's in-place update only the rows it writes.",
@@ -229,7 +230,11 @@ def phases(recordings: list, fig: dict, prec: str = "highest") -> dict | None:
     if not any(b.phase == "decode" for g in recorded for b in g.forwards):
         return None
     if any(g.compiled_outside for g in recorded):
-        return {"missing": "torch.compile ran during the generation; its phases are estimated for eager forwards only"}
+        return {
+            "missing": "a compiled graph ran outside any forward the report could delimit (a callable compiled "
+            "before the report started); its phases are estimated for eager forwards and for callables "
+            "compiled during the report"
+        }
     out = {}
     for phase in _PHASES:
         per_rank = []
