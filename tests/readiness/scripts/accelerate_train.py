@@ -21,7 +21,7 @@ data = DataLoader(TensorDataset(torch.randn(96, 256)), batch_size=16)
 model, opt, data = accelerator.prepare(model, opt, data)
 print(f"accelerate_train: rank {accelerator.process_index} of {accelerator.num_processes}, "
       f"{accelerator.distributed_type}, {type(model).__name__}")  # fmt: skip
-for step, (x,) in enumerate(data):
+for (x,) in data:
     loss = model(x).pow(2).mean()
     accelerator.backward(loss)
     opt.step()
