@@ -93,9 +93,10 @@ def test_accelerate_launch_ddp_two_processes_real_and_dry_run(tmp_path):
         assert [m["rank"] for m in r["memory_per_rank"]] == [0, 1]
         assert r["across_ranks"]["findings"] == []
     assert _collectives(dry) == _collectives(real)
-    assert ("allreduce", "float32", 4 * (256 * 512 + 512 + 512 * 256 + 256), 2, 1.0) in _collectives(
-        real
-    )  # DDP's bucket
+    bucket = ("allreduce", "float32", 4 * (256 * 512 + 512 + 512 * 256 + 256), 2, 1.0)  # DDP's one bucket
+    assert bucket in _collectives(real)
+    for d, r in zip(dry["memory_per_rank"], real["memory_per_rank"]):  # AdamW's state too (made before prepare)
+        assert abs(d["peak_allocated"] - r["peak_allocated"]) <= 0.01 * r["peak_allocated"], (d, r)
 
 
 @pytest.mark.slow
