@@ -1,12 +1,8 @@
 """A training loop written for Accelerate: it runs as `accelerate launch` starts it (one process, DDP
 or the FSDP plugin, from its flags or config file), 3 optimizer steps of a 3-layer MLP.
 
-    accelerate launch [--num_processes 2 | --config_file fsdp2.yaml] accelerate_train.py [--on-device]
-
---on-device: build the model on the accelerator's device (default: on the CPU, as most scripts do).
+    accelerate launch [--num_processes 2 | --config_file fsdp2.yaml] accelerate_train.py
 """
-
-import sys
 
 import torch
 from accelerate import Accelerator
@@ -14,8 +10,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 accelerator = Accelerator()
 torch.manual_seed(0)
-with torch.device(accelerator.device if "--on-device" in sys.argv else "cpu"):
-    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256))
+model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256))  # on the host
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 data = DataLoader(TensorDataset(torch.randn(96, 256)), batch_size=16)
 model, opt, data = accelerator.prepare(model, opt, data)
