@@ -134,20 +134,51 @@ def test_accelerate_launch_fsdp2_dry_run_without_cpu_ram_efficient_loading(tmp_p
 
 
 @pytest.mark.slow
-def test_trl_sft_runs_as_the_accelerate_launch_trl_builds(tmp_path):
+@pytest.mark.multiprocess
+def test_accelerate_launch_without_num_processes_starts_one_per_core_of_the_instance(tmp_path):
+    """accelerate's default on neuron: as many processes as the instance has visible NeuronCores."""
+    out = tmp_path / "dry"
+    p = subprocess.run(
+        [sys.executable, "-m", "torch_neuronx.cli", "check", "--dry-run", "--instance", "trn2.48xlarge", "--ranks",
+         "0,63", "--out", str(out), "--", "accelerate", "launch", str(SCRIPT)],
+        capture_output=True, text=True, timeout=600, cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-4000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["world_size"] == 64 and report["ranks_run"] == [0, 63]
+    assert report["verdict"].startswith("runs natively")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["real", "dry"])
+def test_trl_sft_runs_as_the_accelerate_launch_trl_builds(tmp_path, mode):
+    """The real run trains a tiny local model; the dry run loads a directory with only its config."""
+    import shutil
+
     from torch_neuronx.demo.hf import build_base_checkpoint
 
-    base = build_base_checkpoint(str(tmp_path / "base"))
+    model = build_base_checkpoint(str(tmp_path / "base"))
+    if mode == "dry":
+        model = str(tmp_path / "config-only")
+        shutil.copytree(tmp_path / "base", model, ignore=shutil.ignore_patterns("*.safetensors"))
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "train.jsonl").write_text((json.dumps({"text": "the cat sat on the mat. " * 4}) + "\n") * 16)
-    report = _report(
-        tmp_path, "real", "trl", "sft", "--num_processes", "1", "--model_name_or_path", base,
+    out = tmp_path / mode
+    p = _check(
+        out, mode == "dry", "trl", "sft", "--num_processes", "1", "--model_name_or_path", model,
         "--dataset_name", str(tmp_path / "data"), "--output_dir", str(tmp_path / "sft"), "--max_steps", "2",
         "--per_device_train_batch_size", "2", "--max_length", "64", "--report_to", "none", "--save_strategy", "no",
     )  # fmt: skip
-    assert report["verdict"] == "runs natively" and report["steps"] == 2
-    assert len(report["memory_per_rank"]) == 1
-    assert (tmp_path / "sft" / "config.json").exists()  # trl's sft.py ran to its end (it saves the model)
+    report = json.loads((out / "report.json").read_text())
+    assert report["steps"] == 2 and len(report["memory_per_rank"]) == 1, p.stdout[-3000:] + p.stderr[-3000:]
+    assert report["fallbacks"] == [] and report["command"].startswith("trl sft")
+    if mode == "real":
+        assert p.returncode == 0 and report["verdict"] == "runs natively", p.stderr[-3000:]
+        assert (tmp_path / "sft" / "config.json").exists()  # trl's sft.py ran to its end (it saves the model)
+    else:
+        assert [a["path"] for a in report["dry_run"]["absent_weights"]] == [model]
+        # trl's script always saves the model at the end, and writing a checkpoint fails in a dry run
+        assert list(report["errors"]) == ["0"] and "weights trying to be saved" in report["errors"]["0"]
 
 
 @pytest.mark.slow

@@ -65,12 +65,12 @@ def _parser() -> argparse.ArgumentParser:
         "--workers",
         type=int,
         default=2,
-        help="with --dry-run and torchrun: how many ranks run at once (default: %(default)s)",
+        help="with --dry-run and a job of several processes (torchrun, accelerate launch): how many ranks run at once (default: %(default)s)",
     )
     p.add_argument(
         "--ranks",
         type=_rank_spec,
-        help="with --dry-run and torchrun: simulate only these ranks of the job, e.g. 0,31 or 0-3,63 "
+        help="with --dry-run and a job of several processes: simulate only these ranks of the job, e.g. 0,31 or 0-3,63 "
         "(each keeps its real rank, world size and mesh coordinates; the report says which ranks were "
         "not run; default: all)",
     )
@@ -132,8 +132,8 @@ def _wrapped(cmd: list[str], raw_dir: str, dry_run: bool, workers: int, ranks: s
         return head + opts + launch + target + rest[i + 1 :]
     if ranks:
         raise SystemExit(
-            "torch-neuronx check: --ranks needs --dry-run and a torchrun command (it picks ranks of a torchrun "
-            "job); for one process, use torch_neuronx.readiness(dry_run=True, rank=R, world_size=N)"
+            "torch-neuronx check: --ranks needs --dry-run and a job of several processes (torchrun, accelerate "
+            "launch); for one process, use torch_neuronx.readiness(dry_run=True, rank=R, world_size=N)"
         )
     i = 1  # a python command (the translation's other form)
     flags = []
