@@ -25,7 +25,6 @@ import weakref
 
 import torch
 from torch._ops import HigherOrderOperator
-from torch.utils.weak import WeakIdKeyDictionary
 
 from .. import _C
 from .._dynamo import backend as _compile_backend
@@ -156,7 +155,9 @@ class DryExecutor:
         self._refs: dict = {}  # storage key -> weakref to the storage
         self._modules: weakref.WeakSet = weakref.WeakSet()
         self._optimizers: weakref.WeakSet = weakref.WeakSet()
-        self._registered = WeakIdKeyDictionary()  # parameter -> [(module ref, name)] it was registered as
+        # id(parameter) -> [(module ref, name)] it was registered as; not a weak reference to the
+        # parameter: torch.utils.swap_tensors (FSDP2, DTensor) refuses tensors that have one
+        self._registered: dict[int, list] = {}
         self._fake = None
         self._mode = None
         self._taps = [_tp.StorageResizeTap(self._on_resize), _tp.ForeachTap(), _tp.ShardingCacheTap()]
@@ -191,7 +192,7 @@ class DryExecutor:
     def _on_parameter(self, module, name, param) -> None:
         self._modules.add(module)
         if param is not None:
-            self._registered.setdefault(param, []).append((weakref.ref(module), name))
+            self._registered.setdefault(id(param), []).append((weakref.ref(module), name))
 
     def _on_optimizer_step(self, opt) -> None:
         """Points the optimizer at the neuron parameters that replaced its host ones.
@@ -207,10 +208,14 @@ class DryExecutor:
             for i, p in enumerate(params):
                 if p.device.type == "neuron" or p.grad is not None:
                     continue
-                for ref, name in self._registered.get(p, ()):
+                for ref, name in self._registered.get(id(p), ()):
                     module = ref()
                     new = module._parameters.get(name) if module is not None else None
-                    if isinstance(new, _tp.FakeTensor) and new.device.type == "neuron" and new.shape == p.shape:
+                    if (
+                        isinstance(new, _tp.FakeTensor)
+                        and new.device.type == "neuron"
+                        and (new.shape, new.requires_grad) == (p.shape, p.requires_grad)
+                    ):
                         params[i] = new
                         break
 
