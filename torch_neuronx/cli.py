@@ -21,7 +21,8 @@ AWS Trainium as the PyTorch device `neuron` (NeuronCore simulator when no hardwa
 subcommands:
   ls      list Neuron devices and NeuronCores (same as `neuron-ls`; --json for JSON)
   demo    train a tiny Llama-style language model on `neuron` and generate text
-  check   run a script (`check -- python train.py` or `check -- torchrun ...`) on the simulator
+  check   run a script (`check -- python train.py`, `-- torchrun ...`, `-- accelerate launch ...`)
+          on the simulator
           and report whether it runs natively on Trainium, fits in HBM, and its estimated speed
 
 Run `torch-neuronx <subcommand> --help` for the options of a subcommand.

@@ -51,6 +51,29 @@ def test_dry_run_equals_real_run_in_memory_ops_and_fallbacks():
     assert not rec_r.dry_run and rec_d.dry_run
 
 
+def test_an_optimizer_made_before_the_model_moves_steps_the_device_parameters():
+    """Accelerate's order: the optimizer is made on the host model, then prepare() moves the model.
+    On the device the Parameter objects stay (their data is swapped in); a dry run's must act so."""
+
+    def run(dry):
+        torch.neuron.empty_cache()
+        with torch_neuronx.readiness(dry_run=dry) as r:
+            model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+            model.to("neuron")
+            for _ in range(2):
+                model(torch.randn(64, 256, device="neuron")).pow(2).mean().backward()
+                opt.step()
+                opt.zero_grad()
+            states = len(opt.state)
+        return r.report.data["memory"][0], states
+
+    (real, real_states), (dry, dry_states) = run(False), run(True)
+    assert dry_states == real_states == 4
+    assert dry["breakdown"]["optimizer state"] == 2 * 4 * (256 * 1024 + 1024 + 1024 * 256 + 256)
+    assert abs(dry["peak_allocated"] - real["peak_allocated"]) <= 0.01 * real["peak_allocated"]
+
+
 def test_compiled_graphs_are_dynamos_own():
     def run(dry):
         torch._dynamo.reset()

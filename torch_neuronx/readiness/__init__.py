@@ -6,10 +6,11 @@ In process::
         train()
     print(r.report)            # or r.report.save("neuron-readiness")
 
-From the shell: ``torch-neuronx check -- python train.py`` (or ``-- torchrun ...``).
+From the shell: ``torch-neuronx check -- python train.py`` (or ``-- torchrun ...``,
+``-- accelerate launch ...``, ``-- trl sft ...``, another console script).
 
 Layers, top down (docs/architecture.md has the picture): the public API here and the CLI
-(``_cli``, ``_launch``, ``_ranks``); the report (``_report``: merging ranks, verdict,
+(``_cli``, ``_launchers``, ``_launch``, ``_ranks``); the report (``_report``: merging ranks, verdict,
 rendering) and the time model (``_estimate``), which read only the typed recording
 (``_record``); the session (``_session``), which starts an executor (``_real`` or ``_dry``,
 with its value policy ``_values``) and the recorder (``_recorder`` and its ``_observers``),

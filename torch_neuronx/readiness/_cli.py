@@ -1,16 +1,19 @@
-"""``torch-neuronx check -- python train.py [args]`` (or ``-- torchrun ...``)."""
+"""``torch-neuronx check -- python train.py [args]`` (or ``-- torchrun ...``, ``-- accelerate launch ...``,
+a console script: see ``_launchers``)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import tempfile
+
+from ._launchers import Unsupported
 
 _LAUNCH = ["-m", "torch_neuronx.readiness._launch"]
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
@@ -39,7 +42,11 @@ def _parser() -> argparse.ArgumentParser:
         description="Run a script unmodified on the NeuronCore simulator and report whether it would run "
         "natively on Trainium, fit in HBM, and how fast (estimated).",
         epilog="examples:\n  torch-neuronx check -- python train.py --epochs 1\n"
-        "  torch-neuronx check --out rep -- torchrun --nproc-per-node 2 train.py",
+        "  torch-neuronx check --out rep -- torchrun --nproc-per-node 2 train.py\n"
+        "  torch-neuronx check --dry-run -- accelerate launch --num_processes 2 train.py\n"
+        "  torch-neuronx check -- trl sft --model_name_or_path ./model --dataset_name ./data\n"
+        "commands check runs: python script.py or -m module, torchrun, python -m torch.distributed.run,\n"
+        "  accelerate launch, and console scripts with a Python entry point (trl sft ... through accelerate)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--out", default="neuron-readiness", help="report directory (default: %(default)s)")
@@ -58,12 +65,12 @@ def _parser() -> argparse.ArgumentParser:
         "--workers",
         type=int,
         default=2,
-        help="with --dry-run and torchrun: how many ranks run at once (default: %(default)s)",
+        help="with --dry-run and a job of several processes (torchrun, accelerate launch): how many ranks run at once (default: %(default)s)",
     )
     p.add_argument(
         "--ranks",
         type=_rank_spec,
-        help="with --dry-run and torchrun: simulate only these ranks of the job, e.g. 0,31 or 0-3,63 "
+        help="with --dry-run and a job of several processes: simulate only these ranks of the job, e.g. 0,31 or 0-3,63 "
         "(each keeps its real rank, world size and mesh coordinates; the report says which ranks were "
         "not run; default: all)",
     )
@@ -77,11 +84,20 @@ def _parser() -> argparse.ArgumentParser:
 
 def _child_command(
     cmd: list[str], raw_dir: str, dry_run: bool = False, workers: int = 2, ranks: str | None = None
-) -> list[str]:
+) -> tuple[list[str], dict[str, str]]:
     """The user's command with the script wrapped by the readiness launcher (for a dry run of
-    a torchrun job: the rank launcher, which runs every rank, or those of `ranks`, without torchrun)."""
+    a torchrun job: the rank launcher, which runs every rank, or those of `ranks`, without torchrun),
+    and the environment variables its launcher sets. Other launchers are translated first (raises
+    ``_launchers.Unsupported`` for a command check cannot run)."""
     if ranks and not dry_run:
         raise SystemExit("torch-neuronx check: --ranks needs --dry-run (a real run runs every rank)")
+    from ._launchers import translate
+
+    cmd, env = translate(cmd)
+    return _wrapped(cmd, raw_dir, dry_run, workers, ranks), env
+
+
+def _wrapped(cmd: list[str], raw_dir: str, dry_run: bool, workers: int, ranks: str | None) -> list[str]:
     exe = os.path.basename(cmd[0])
     launch = _LAUNCH + ["--raw", raw_dir] + (["--dry-run"] if dry_run else [])
     if exe == "torchrun" or cmd[1:3] == ["-m", "torch.distributed.run"]:
@@ -116,19 +132,39 @@ def _child_command(
         return head + opts + launch + target + rest[i + 1 :]
     if ranks:
         raise SystemExit(
-            "torch-neuronx check: --ranks needs --dry-run and a torchrun command (it picks ranks of a torchrun "
-            "job); for one process, use torch_neuronx.readiness(dry_run=True, rank=R, world_size=N)"
+            "torch-neuronx check: --ranks needs --dry-run and a job of several processes (torchrun, accelerate "
+            "launch); for one process, use torch_neuronx.readiness(dry_run=True, rank=R, world_size=N)"
         )
-    if exe.startswith("python") or os.path.realpath(shutil.which(cmd[0]) or cmd[0]) == os.path.realpath(sys.executable):
-        i = 1
-        flags = []
-        while i < len(cmd) and cmd[i].startswith("-") and cmd[i] not in ("-m", "-c"):
-            flags.append(cmd[i])
-            i += 1
-        if i >= len(cmd) or cmd[i] == "-c":
-            raise SystemExit("torch-neuronx check: give a script or -m module (python -c is not supported)")
-        return [cmd[0]] + flags + launch + cmd[i:]
-    raise SystemExit(f"torch-neuronx check: cannot run {cmd[0]!r}: the command must start with python or torchrun")
+    i = 1  # a python command (the translation's other form)
+    flags = []
+    while i < len(cmd) and cmd[i].startswith("-") and cmd[i] not in ("-m", "-c", "--entry"):
+        flags.append(cmd[i])
+        i += 1
+    if i >= len(cmd) or cmd[i] == "-c":
+        raise SystemExit("torch-neuronx check: give a script or -m module (python -c is not supported)")
+    return [cmd[0]] + flags + launch + cmd[i:]
+
+
+def _prepare(cmd: list[str], raw_dir: str, opts, env: dict) -> tuple[list[str], list]:
+    """The child command (its launcher's variables added to `env`) and the weights a dry run stands in for.
+    A launcher that reads the device count (accelerate: one process per core) sees the instance's."""
+    from neuronsim import settings as _settings
+
+    run, absent = cmd, []
+    if opts.dry_run:  # a real run needs the weights: transformers' own error, as without check
+        from ._checkpoints import _stand_ins
+
+        run, absent = _stand_ins(cmd, os.path.join(raw_dir, "weights"))
+        for a in absent:
+            if a["class"] is None:  # said before the script runs into the library's own error
+                print(f"torch-neuronx check --dry-run: {a['path']}: no stand-in ({a['reason']})", file=sys.stderr)
+    with contextlib.ExitStack() as stack:
+        for name in ("TORCH_NEURONX_INSTANCE_TYPE", "NEURON_LOGICAL_NC_CONFIG"):
+            if name in env:
+                stack.enter_context(_settings.override(name, env[name]))
+        child, extra = _child_command(run, raw_dir, opts.dry_run, opts.workers, opts.ranks)
+    env.update(extra)
+    return child, absent
 
 
 def main(argv: list[str]) -> int:
@@ -158,15 +194,11 @@ def main(argv: list[str]) -> int:
     if opts.lnc:
         env["NEURON_LOGICAL_NC_CONFIG"] = str(opts.lnc)
     with tempfile.TemporaryDirectory(prefix="neuron-readiness-") as raw_dir:
-        run, absent = cmd, []
-        if opts.dry_run:  # a real run needs the weights: transformers' own error, as without check
-            from ._checkpoints import _stand_ins
-
-            run, absent = _stand_ins(cmd, os.path.join(raw_dir, "weights"))
-            for a in absent:
-                if a["class"] is None:  # said before the script runs into the library's own error
-                    print(f"torch-neuronx check --dry-run: {a['path']}: no stand-in ({a['reason']})", file=sys.stderr)
-        child = _child_command(run, raw_dir, opts.dry_run, opts.workers, opts.ranks)
+        try:
+            child, absent = _prepare(cmd, raw_dir, opts, env)
+        except Unsupported as e:
+            print(f"torch-neuronx check: error: {e}", file=sys.stderr)
+            return 2
         rc = subprocess.call(child, env=env)
         from ._record import Recording
 

@@ -156,6 +156,9 @@ class DryExecutor:
         self._refs: dict = {}  # storage key -> weakref to the storage
         self._modules: weakref.WeakSet = weakref.WeakSet()
         self._optimizers: weakref.WeakSet = weakref.WeakSet()
+        # id(parameter) -> [(module ref, name)] it was registered as; not a weak reference to the
+        # parameter: torch.utils.swap_tensors (FSDP2, DTensor) refuses tensors that have one
+        self._registered: dict[int, list] = {}
         self._fake = None
         self._mode = None
         self._taps = [_tp.StorageResizeTap(self._on_resize), _tp.ForeachTap(), _tp.ShardingCacheTap()]
@@ -181,12 +184,42 @@ class DryExecutor:
             tap.install()
         self._hooks = [
             # not a global forward hook: torch.compile(module) warns about those
-            register_module_parameter_registration_hook(lambda m, name, p: self._modules.add(m)),
-            register_optimizer_step_pre_hook(lambda opt, args, kwargs: self._optimizers.add(opt)),
+            register_module_parameter_registration_hook(self._on_parameter),
+            register_optimizer_step_pre_hook(lambda opt, args, kwargs: self._on_optimizer_step(opt)),
         ]
         _c10d_backend.set_backend_override(_tp.fake_process_group)
         _compile_backend.compile_without_codegen("dry run")
         _active = self
+
+    def _on_parameter(self, module, name, param) -> None:
+        self._modules.add(module)
+        if param is not None:
+            self._registered.setdefault(id(param), []).append((weakref.ref(module), name))
+
+    def _on_optimizer_step(self, opt) -> None:
+        """Points the optimizer at the neuron parameters that replaced its host ones.
+
+        On the device, ``module.to("neuron")`` keeps each Parameter object (it swaps the data
+        in), so an optimizer made before the move (Accelerate's ``prepare`` always does this)
+        steps the device parameters. A fake tensor cannot be swapped into a host Parameter, so
+        here the module gets new Parameter objects and the optimizer would hold the host ones,
+        without gradients: it would step nothing and hold no state."""
+        self._optimizers.add(opt)
+        for group in opt.param_groups:
+            params = group["params"]
+            for i, p in enumerate(params):
+                if p.device.type == "neuron" or p.grad is not None:
+                    continue
+                for ref, name in self._registered.get(id(p), ()):
+                    module = ref()
+                    new = module._parameters.get(name) if module is not None else None
+                    if (
+                        isinstance(new, _tp.FakeTensor)
+                        and new.device.type == "neuron"
+                        and (new.shape, new.requires_grad) == (p.shape, p.requires_grad)
+                    ):
+                        params[i] = new
+                        break
 
     def stop(self) -> None:
         global _active

@@ -1,9 +1,12 @@
 """Runs a user's script under a readiness recording (one process, one rank).
 
-``python -m torch_neuronx.readiness._launch --raw DIR [--dry-run] (script.py | -m module) [args]``:
+``python -m torch_neuronx.readiness._launch --raw DIR [--dry-run] (script.py | -m module |
+--entry module:attr name) [args]``:
 what ``torch-neuronx check`` starts, directly or through torchrun (or, for a dry run of
 several ranks, in each rank the rank launcher forks). The recording goes to
-DIR/rank<RANK>.json; the script's exit status is this process's.
+DIR/rank<RANK>.json; the script's exit status is this process's. ``--entry`` runs a console
+script's entry point (``module:attr``, as in its entry_points.txt) the way its generated
+wrapper does: ``sys.argv[0]`` is the script's name and the function's result is the exit status.
 """
 
 from __future__ import annotations
@@ -14,31 +17,43 @@ import sys
 import traceback
 
 
+def _runner(rest: list[str]):
+    """What runs the target (sys.argv set as its own launcher sets it); None after a usage error."""
+    if rest[0] == "--entry":
+        if len(rest) < 3:
+            print("_launch: --entry needs module:attr and the script's name", file=sys.stderr)
+            return None
+        from importlib.metadata import EntryPoint
+
+        entry = EntryPoint(rest[2], rest[1], "console_scripts")
+        sys.argv = rest[2:]
+        return lambda: sys.exit(entry.load()())
+    if rest[0] == "-m":
+        if len(rest) < 2:
+            print("_launch: -m needs a module name", file=sys.stderr)
+            return None
+        sys.argv = [rest[1]] + rest[2:]
+        return lambda: runpy.run_module(rest[1], run_name="__main__", alter_sys=True)
+    sys.argv = list(rest)
+    sys.path[0] = os.path.dirname(os.path.abspath(rest[0]))  # as `python script.py` does
+    return lambda: runpy.run_path(rest[0], run_name="__main__")
+
+
 def main(argv: list[str]) -> int:
     dry_run = "--dry-run" in argv[2:3]
     if dry_run:
         argv = argv[:2] + argv[3:]
     if len(argv) < 3 or argv[0] != "--raw":
         print(
-            "usage: python -m torch_neuronx.readiness._launch --raw DIR [--dry-run] (script.py | -m module) [args]",
+            "usage: python -m torch_neuronx.readiness._launch --raw DIR [--dry-run] "
+            "(script.py | -m module | --entry module:attr name) [args]",
             file=sys.stderr,
         )
         return 2
     raw_dir, rest = argv[1], argv[2:]
-    if rest[0] == "-m":
-        if len(rest) < 2:
-            print("_launch: -m needs a module name", file=sys.stderr)
-            return 2
-        sys.argv = [rest[1]] + rest[2:]
-
-        def run():
-            runpy.run_module(rest[1], run_name="__main__", alter_sys=True)
-    else:
-        sys.argv = list(rest)
-        sys.path[0] = os.path.dirname(os.path.abspath(rest[0]))  # as `python script.py` does
-
-        def run():
-            runpy.run_path(rest[0], run_name="__main__")
+    run = _runner(rest)
+    if run is None:
+        return 2
 
     from ._session import Session
 
