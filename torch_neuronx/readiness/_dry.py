@@ -163,6 +163,7 @@ class DryExecutor:
         self._mode = None
         self._taps = [_tp.StorageResizeTap(self._on_resize), _tp.ForeachTap(), _tp.ShardingCacheTap()]
         self._taps += [_tp.BufferStorageTap(), _tp.ParameterClassTap(), ObjectCollectivesTap(self.known.assumed)]
+        self._kept_taps = len(self._taps)  # the thread tap, after them, is made anew at each start
         # Threads the script starts run ops here too (and storages die in any thread).
         self._lock = threading.RLock()
         self._hooks = []
@@ -230,7 +231,7 @@ class DryExecutor:
         self._hooks = []
         for tap in self._taps:
             tap.remove()
-        del self._taps[6:]  # the thread tap is made anew at each start
+        del self._taps[self._kept_taps :]
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
             self._fake.__exit__(None, None, None)
