@@ -234,7 +234,13 @@ CASES = {
     "peft-lora": Case(_python(DIFF / "peft_lora.py")),
     "diffusers-unet-loop": Case(_python(DIFF / "denoise.py")),
     "generate-dynamic-cache": Case(_python(DIFF / "generate_cache.py", "dynamic")),
-    "generate-static-cache": Case(_python(DIFF / "generate_cache.py", "static")),
+    "generate-static-cache": Case(
+        _python(DIFF / "generate_cache.py", "static"),
+        xfail="the compiled decode step's ATen graph in a dry run is not the one a real run costs, which has been "
+        "through Inductor's graph passes: the dry run's keeps a clone of the rotary positions, an extra view "
+        "and scalar_tensor where the real one has full; its 17 matmuls agree, its fused kernel does not "
+        "(42636 vs 51026 vector operations, 93222 vs 81942 bytes, 51 vs 45 operands)",
+    ),
     "torch-compile-training": Case(
         _python(DIFF / "compiled_train.py"), differs={"peak_memory": _compiled_graphs_run_op_by_op}
     ),
