@@ -181,8 +181,8 @@ def test_saved_report_files(tmp_path):
     assert json.loads((tmp_path / "report.json").read_text())["verdict"] == r.report.verdict
 
 
-def _assert_saved_without_pictures(out: Path):
-    assert {p.name for p in out.iterdir()} == {"report.json", "report.md", "report.html"}
+def _assert_saved_without_pictures(out: Path, extra: frozenset = frozenset()):
+    assert {p.name for p in out.iterdir()} == {"report.json", "report.md", "report.html"} | extra
     md, html = (out / "report.md").read_text(), (out / "report.html").read_text()
     assert "## Estimated time on Trainium" in md and "aten::" in md
     assert "](memory.png)" not in md and "data:image/png" not in html
@@ -352,7 +352,10 @@ def test_check_cli_without_matplotlib_writes_the_report(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     assert "torch-neuronx readiness: runs natively" in p.stdout
     assert p.stderr.count("pip install matplotlib") == 1
-    _assert_saved_without_pictures(out)
+    _assert_saved_without_pictures(out, {"recordings"})
+    # the rank's recording the report was merged from, next to it
+    rec = torch_neuronx.readiness.Recording.from_json((out / "recordings" / "rank0.json").read_text())
+    assert rec.rank == 0 and not rec.dry_run and rec.memory[0].peak_allocated > 0
 
 
 def test_check_cli_usage_errors(tmp_path):

@@ -167,6 +167,16 @@ def _prepare(cmd: list[str], raw_dir: str, opts, env: dict) -> tuple[list[str], 
     return child, absent
 
 
+def _keep_recordings(raws: list, out: str) -> None:
+    """Each rank's typed recording next to the report, as recordings/rank<N>.json
+    (``Recording.from_json`` reads one back): what the report was merged from."""
+    directory = os.path.join(out, "recordings")
+    os.makedirs(directory, exist_ok=True)
+    for r in raws:
+        with open(os.path.join(directory, f"rank{r.rank}.json"), "w") as f:
+            f.write(r.to_json())
+
+
 def main(argv: list[str]) -> int:
     if "--" in argv:
         k = argv.index("--")
@@ -218,6 +228,7 @@ def main(argv: list[str]) -> int:
         raws, instance=inst.name, lnc=opts.lnc, capacity=opts.capacity, command=shlex.join(cmd), absent_weights=absent
     )
     paths = report.save(opts.out)
+    _keep_recordings(raws, opts.out)
     print(report.summary())
     print(f"  report           {paths['report.html']} (also report.md, report.json)")
     return rc

@@ -1,0 +1,291 @@
+"""The dry run against the real run, on scripts written the way users write them.
+
+Each script runs twice under ``torch-neuronx check``: on the simulated device, and with
+``--dry-run`` (real size, no data). Where the real run completes, the dry run must too, and the
+two must agree in what the report is made of, read from each rank's typed recording: the peak
+memory of every rank (within 1%), the collectives (kind, dtype, bytes and the group they ran in,
+in order), the compiled graphs and graph breaks, and the fallbacks. Where a dry run cannot agree
+(a value it does not have), the case names the field that differs and asserts why.
+"""
+
+import collections
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from torch_neuronx.readiness import Recording
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = Path(__file__).parent / "scripts"
+DIFF = SCRIPTS / "differential"
+EXAMPLES = REPO / "examples"
+
+
+@dataclasses.dataclass
+class Run:
+    returncode: int
+    output: str
+    report: dict
+    recordings: list  # Recording, by rank
+
+
+def _check(out: Path, dry: bool, cmd: list) -> Run:
+    """`torch-neuronx check [--dry-run] -- cmd`, its report and the ranks' recordings."""
+    argv = [sys.executable, "-m", "torch_neuronx.cli", "check", "--out", str(out)] + (["--dry-run"] if dry else [])
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    p = subprocess.run(argv + ["--", *cmd], capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
+    output = p.stdout[-3000:] + p.stderr[-6000:]
+    assert (out / "report.json").exists(), output
+    recs = [Recording.from_json(f.read_text()) for f in sorted((out / "recordings").glob("rank*.json"))]
+    return Run(p.returncode, output, json.loads((out / "report.json").read_text()), sorted(recs, key=lambda r: r.rank))
+
+
+def _collectives(rec: Recording) -> collections.Counter:
+    """Every collective call of the run by (kind, dtype, bytes, group size)."""
+    total = collections.Counter()
+    for b in rec.buckets + rec.generation.forwards:
+        total.update(b.collectives)
+    return total
+
+
+def _facets(run: Run) -> dict:
+    """What the comparison reads from a run, per rank: the fields of the agreement."""
+    recs = run.recordings
+    return {
+        "ranks": [r.rank for r in recs],
+        "error": {r.rank: r.error for r in recs},
+        "steps": {r.rank: r.steps for r in recs},
+        "collectives": {r.rank: sorted(_collectives(r).items()) for r in recs},
+        # the order and shapes of each group's collectives, and which ranks the group holds
+        "groups": {r.rank: {g.desc: (g.ranks, [e[1:] for e in g.entries]) for g in r.groups.values()} for r in recs},
+        # the compiled graphs by name, what each is made of (its matmuls and fused kernel), their runs
+        "graphs": {r.rank: sorted(g["graph"] for g in r.compile.graphs) for r in recs},
+        "graph_parts": {r.rank: r.graph_parts for r in recs},
+        "graph_runs": {r.rank: sorted(sum((b.graphs for b in r.buckets), collections.Counter()).items()) for r in recs},
+        "recompilations": {r.rank: len(r.compile.recompilations) for r in recs},
+        "graph_breaks": {
+            r.rank: sorted((b["reason"], b["site"], b["count"]) for b in r.compile.graph_breaks) for r in recs
+        },
+        "fallbacks": {r.rank: sorted((f.op, f.dtype, f.reason, f.count) for f in r.fallbacks) for r in recs},
+    }
+
+
+def _peaks(run: Run) -> dict:
+    return {(r.rank, core): m.peak_allocated for r in run.recordings for core, m in r.memory.items()}
+
+
+def differences(real: Run, dry: Run) -> dict:
+    """The fields in which the dry run does not agree with the real run: name -> (real, dry)."""
+    fr, fd = _facets(real), _facets(dry)
+    out = {k: (fr[k], fd[k]) for k in fr if fr[k] != fd[k]}
+    pr, pd = _peaks(real), _peaks(dry)
+    if pr.keys() != pd.keys() or any(abs(pd[k] - v) > 0.01 * v for k, v in pr.items()):
+        out["peak_memory"] = (pr, pd)
+    return out
+
+
+@dataclasses.dataclass
+class Case:
+    cmd: list  # {out} is replaced by a directory of the test's own
+    ranks: int = 1
+    # field -> (why the dry run cannot agree, an assertion on (real, dry) that says how it differs)
+    differs: dict = dataclasses.field(default_factory=dict)
+    xfail: str | None = None
+
+
+def _torchrun(script, *args) -> list:
+    return ["torchrun", "--standalone", "--nproc-per-node", "2", str(script), *args]
+
+
+def _python(script, *args) -> list:
+    return [sys.executable, str(script), *args]
+
+
+def _line(path: Path, marker: str) -> int:
+    return next(i for i, text in enumerate(path.read_text().splitlines(), 1) if marker in text)
+
+
+def _self_check_exits(script: Path, message: str, value_line: str):
+    """The example ends by comparing its result with a single-core run's, by value: the dry run
+    reads the difference as its placeholder (1.0), which is above the tolerance, so the script exits
+    with its own failure message there, after everything the comparison reads has run."""
+
+    def check(real: Run, dry: Run):
+        assert all(r.error is None for r in real.recordings)
+        assert {r.error for r in dry.recordings} == {f"SystemExit: {message}"}, dry.output
+        sites = {v.site.rsplit("/", 1)[-1].split(" ")[0] for v in dry.recordings[0].value_reads if not v.assumed}
+        assert f"{script.name}:{_line(script, value_line)}" in sites, sites
+
+    return check
+
+
+def _moe_routing_is_data(real: Run, dry: Run):
+    """Each rank counts the tokens its router sends to every expert (`bincount`) and exchanges the
+    counts to size the uneven all-to-all: the counts are the data, which a dry run does not have,
+    so it stops there with ValueUnknownError naming the line (a guess would give other bytes).
+    What it did not run (the all-to-alls, the backward) differs too."""
+    script = EXAMPLES / "moe.py"
+    assert all(r.error is None for r in real.recordings)
+    line = _line(script, "counts = torch.bincount(")
+    for r in dry.recordings:
+        assert r.error.startswith(f"ValueUnknownError: dry run: aten::bincount at {script}:{line} (forward)"), r.error
+    assert dry.report["verdict"].startswith("failed on rank 0: ValueUnknownError"), dry.report["verdict"]
+    assert all(_collectives(r) == collections.Counter() for r in dry.recordings)
+    assert all(_collectives(r) for r in real.recordings)
+
+
+def _one_buffer_of_timing(nbytes: int):
+    """A real run's peak on a rank includes one more buffer of `nbytes` or not, from run to run of
+    the same script (measured: which rank has it changes between two runs), as the ranks' timing
+    decides whether it is still held when the peak is reached. A dry run has no timing: its peak is
+    the lower one on every rank."""
+
+    def check(real: Run, dry: Run):
+        pr, pd = _peaks(real), _peaks(dry)
+        assert pr.keys() == pd.keys()
+        assert {pr[k] - pd[k] for k in pr} <= {0, nbytes}, (pr, pd)
+
+    return check
+
+
+def _compiled_graphs_run_op_by_op(real: Run, dry: Run):
+    """A dry run compiles the same graphs but generates no code: each graph's ops run one by one on
+    fake tensors, so every intermediate inside a compiled graph counts at its peak (an upper bound
+    of the fused kernel's, documented as about 1.3x on a small MLP)."""
+    pr, pd = _peaks(real), _peaks(dry)
+    assert pr.keys() == pd.keys()
+    for k, v in pr.items():
+        assert v < pd[k] <= 1.3 * v, (pr, pd)
+
+
+CASES = {
+    "ddp-pytorch-examples": Case(
+        _torchrun(DIFF / "ddp_trainer.py"),
+        ranks=2,
+        xfail="the script builds its optimizer before model.to('neuron'), as pytorch/examples does; in a dry run "
+        "Module.to replaces each real CPU parameter with a new fake Parameter (PyTorch's Module._apply neither "
+        "sets .data of a real tensor to a fake one nor swaps them), so the optimizer keeps the CPU parameters: "
+        "its zero_grad never clears the neuron gradients, which stay live (peak 71508 vs 54896 bytes per rank)",
+    ),
+    "fsdp2": Case(_torchrun(DIFF / "fsdp2.py"), ranks=2),
+    "tp-sp-dtensor": Case(
+        _torchrun(DIFF / "tensor_parallel.py"),
+        ranks=2,
+        differs={"peak_memory": _one_buffer_of_timing(4 * 32 * 64 * 4)},  # a [4, 32, 64] float32 activation
+    ),
+    "pipeline-gpipe": Case(
+        _torchrun(EXAMPLES / "pipeline.py", "--layers", "2", "--steps", "2", "--batch-size", "8"),
+        ranks=2,
+        xfail="at its first step a PipelineStage sends its shapes to the next stage as Python objects "
+        "(dist.send_object_list; measured also with input_args and output_args given); a dry run does not "
+        "support object collectives "
+        '(pickling into a byte tensor fails: \'Attempted to set the storage of a tensor on device "cpu" to a '
+        'storage on different device "meta"\')',
+    ),
+    "context-parallel": Case(
+        _torchrun(EXAMPLES / "context_parallel.py", "--seq", "64"),
+        ranks=2,
+        differs={
+            "error": _self_check_exits(
+                EXAMPLES / "context_parallel.py",
+                "context-parallel attention differs from the single-core run",
+                "worst = max(",
+            )
+        },
+        xfail="the dry run's peak is above the real run's (855296 bytes on both ranks; the real run's ranks "
+        "826752 to 843584 from run to run, so 1.4% to 3.5% above): it holds 128 KiB of all-gathered keys and "
+        "values (wait_tensor results) at its peak; cause not found yet",
+    ),
+    "moe-expert-parallel": Case(
+        _torchrun(EXAMPLES / "moe.py", "--experts", "4", "--tokens", "32"),
+        ranks=2,
+        differs=dict.fromkeys(("error", "collectives", "groups", "peak_memory"), _moe_routing_is_data),
+    ),
+    "hf-trainer-ddp": Case(
+        _torchrun(SCRIPTS / "trainer_ddp.py", "{out}"),
+        ranks=2,
+        xfail="the dry run's peak is 2.3% above the real run's on both ranks (2209796 vs 2160644 bytes: 48 KiB "
+        "more activations and temporaries at its peak); cause not found yet",
+    ),
+    "trl-sft": Case(
+        _python(
+            EXAMPLES / "sft.py",
+            "--output_dir",
+            "{out}",
+            "--base_model_dir",
+            "{base}",
+            "--max_steps",
+            "2",
+            "--max_length",
+            "64",
+            "--per_device_train_batch_size",
+            "2",
+            "--save_final",
+            "false",
+            "--logging_steps",
+            "1",
+        )  # fmt: skip
+    ),
+    "peft-lora": Case(_python(DIFF / "peft_lora.py")),
+    "diffusers-unet-loop": Case(_python(DIFF / "denoise.py")),
+    "generate-dynamic-cache": Case(_python(DIFF / "generate_cache.py", "dynamic")),
+    "generate-static-cache": Case(
+        _python(DIFF / "generate_cache.py", "static"),
+        xfail="the compiled decode step's ATen graph in a dry run is not the one a real run costs, which has been "
+        "through Inductor's graph passes: the dry run's keeps a clone of the rotary positions, an extra view "
+        "and scalar_tensor where the real one has full; its 17 matmuls agree, its fused kernel does not "
+        "(42636 vs 51026 vector operations, 93222 vs 81942 bytes, 51 vs 45 operands)",
+    ),
+    "torch-compile-training": Case(
+        _python(DIFF / "compiled_train.py"), differs={"peak_memory": _compiled_graphs_run_op_by_op}
+    ),
+}
+
+
+def _param(name: str, case: Case):
+    marks = [pytest.mark.slow, pytest.mark.multiprocess] if case.ranks > 1 else []
+    if case.xfail:
+        marks.append(pytest.mark.xfail(strict=True, reason=case.xfail))
+    return pytest.param(case, id=name, marks=marks)
+
+
+@pytest.mark.parametrize("case", [_param(n, c) for n, c in CASES.items()])
+def test_the_dry_run_agrees_with_the_real_run(tmp_path, case):
+    cmd = [a.format(out=tmp_path / "script-out", base=tmp_path / "base") for a in case.cmd]
+    real = _check(tmp_path / "real", False, cmd)  # first: it writes what the dry run may load (a base model)
+    assert real.returncode == 0 and len(real.recordings) == case.ranks, real.output
+    assert all(r.error is None for r in real.recordings), real.output
+    dry = _check(tmp_path / "dry", True, cmd)
+    assert len(dry.recordings) == case.ranks and all(r.dry_run for r in dry.recordings), dry.output
+    diffs = differences(real, dry)
+    assert not diffs.keys() - case.differs.keys(), {k: v for k, v in diffs.items() if k not in case.differs}
+    for check in dict.fromkeys(case.differs.values()):  # each says how its fields differ, and why
+        check(real, dry)
+    if not case.differs:
+        assert dry.returncode == 0, dry.output
+        assert real.report["verdict"] == dry.report["verdict"], (real.report["verdict"], dry.report["verdict"])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="in a dry run Module.to replaces a real parameter with a new fake Parameter: PyTorch's "
+    "Module._apply neither sets .data of a real tensor to a fake one nor swaps them",
+)
+def test_an_optimizer_built_before_the_model_moves_keeps_its_parameters():
+    """pytorch/examples builds the optimizer on the CPU model, then moves the model: the optimizer
+    must hold the moved parameters, as in a real run (the ddp-pytorch-examples case's cause)."""
+    import torch
+
+    import torch_neuronx
+
+    for dry in (False, True):
+        with torch_neuronx.readiness(dry_run=dry):
+            model = torch.nn.Linear(64, 64)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            model.to("neuron")
+            assert opt.param_groups[0]["params"][0] is model.weight, f"dry_run={dry}"
