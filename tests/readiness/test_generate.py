@@ -158,7 +158,7 @@ def test_llama_405b_row_from_its_saved_recording():
         sys.path.remove(str(REPO / "benchmarks"))
     raw = Recording.from_json((DATA / "llama405b_tp64_raw.json").read_text())
     assert raw.extra["layers"] == 126 and raw.world_size in (64, "64")
-    ttft, tpot = (f(raw) for f in pi.ROWS)
+    ttft, tpot = (f(raw) for f in pi.EAGER_ROWS)
     for row in (ttft, tpot):
         assert set(row) >= {"figure", "configuration", "aws", "estimate", "unit", "ratio", "mfu"}
     assert (ttft["aws"], tpot["aws"]) == (2442.0, 37.9)
@@ -176,5 +176,29 @@ def test_llama_405b_row_from_its_saved_recording():
 
 
 # The pins are the known-error table's rows, from which reports print the model's error.
-PINNED_TTFT = _known_error.row("Llama-3.1-405B time to first token")  # all-gathers, reduce-scatters, matmuls
-PINNED_TPOT = _known_error.row("Llama-3.1-405B time per output token")  # fixed costs and weight reads, half each
+_405B = "trn2.48xlarge, TP=64"
+PINNED_TTFT = _known_error.row(f"Llama-3.1-405B time to first token, {_405B}")  # all-gathers, reduce-scatters, matmuls
+PINNED_TPOT = _known_error.row(f"Llama-3.1-405B time per output token, {_405B}")  # fixed costs and weight reads
+PINNED_TTFT_COMPILED = _known_error.row(f"Llama-3.1-405B time to first token, {_405B}, compiled")
+PINNED_TPOT_COMPILED = _known_error.row(f"Llama-3.1-405B time per output token, {_405B}, compiled")
+
+
+def test_llama_405b_compiled_rows_from_their_saved_recording():
+    """The same rows with the model's forward compiled (``--compiled``), as NxD Inference runs them:
+    each phase is one run of its compiled graph, costed whole."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import published_inference as pi
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    raw = Recording.from_json((DATA / "llama405b_tp64_compiled.json").read_text())
+    ttft, tpot = (f(raw) for f in pi.COMPILED_ROWS)
+    for row, known in ((ttft, PINNED_TTFT_COMPILED), (tpot, PINNED_TPOT_COMPILED)):
+        assert row["estimate"] == pytest.approx(known.estimate, rel=1e-3) and row["aws"] == known.aws
+    phases = pi.phases(raw)
+    for phase, count in (("prefill", 1), ("decode", NEW - 1)):
+        graphs = [o for o in phases[phase]["ops"] if o["op"].startswith("compiled graph")]
+        assert phases[phase]["count"] == count and len(graphs) == 1 and graphs[0]["count"] == 1
+    # compiled, the decode step pays a fraction of the eager step's per-op fixed costs
+    eager = pi.phases(Recording.from_json((DATA / "llama405b_tp64_raw.json").read_text()))["decode"]
+    assert phases["decode"]["terms"]["fixed"] < 0.5 * eager["terms"]["fixed"]

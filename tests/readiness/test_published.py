@@ -26,9 +26,9 @@ import published  # noqa: E402
 
 # The pins: the rows' estimates today, in the known-error table reports print their error from
 # (docs/benchmarks.md has the table).
-BERT = _known_error.row("BERT-Large")
+BERT = _known_error.row("BERT-Large phase-1 pre-training, trn1.32xlarge, DP=32")
 BERT_MFU = 0.3293
-LLAMA = _known_error.row("Llama-3.1-70B")
+LLAMA = _known_error.row("Llama-3.1-70B pre-training, 32 x trn1.32xlarge, TP=32 x PP=8 x DP=4")
 LLAMA_MFU = 0.3596
 
 
@@ -58,17 +58,21 @@ def test_every_row_has_the_keys_the_table_merges_on():
     import published_inference
 
     keys = {"figure", "configuration", "aws", "estimate", "unit", "ratio", "mfu"}
-    inference = published_inference.recording(str(DATA / "llama405b_tp64_raw.json"))
+    eager = published_inference.recording(str(DATA / "llama405b_tp64_raw.json"))
+    compiled = published_inference.recording(str(DATA / "llama405b_tp64_compiled.json"))
     rows = [published.bert_row(_recording("bert")), published.llama_row(_recording("llama70b"))]
-    rows += [f(inference) for f in published_inference.ROWS]  # these add what dominates each phase
-    assert [sorted(keys - set(r)) for r in rows] == [[]] * 4
+    rows += [f(eager) for f in published_inference.EAGER_ROWS]  # these add what dominates each phase
+    rows += [f(compiled) for f in published_inference.COMPILED_ROWS]
+    assert [sorted(keys - set(r)) for r in rows] == [[]] * 6
+    # the rows are the known-error table's, from which reports print the model's error
+    assert [r["estimate"] for r in rows] == pytest.approx([k.estimate for k in _known_error.ROWS], rel=1e-3)
     table = published.to_markdown(rows).splitlines()
     assert (
         table[0] == "| configuration | AWS | estimate | ratio | implied MFU | within 0.87-1.15 |"
-        and len(table) == 2 + 4 + 2
+        and len(table) == 2 + 6 + 2
     )
-    mae = sum(abs(r["ratio"] - 1) for r in rows) / 4
-    assert table[-1] == f"Mean absolute error {mae:.1%}; 3 of 4 rows within 0.87-1.15."
+    mae = sum(abs(r["ratio"] - 1) for r in rows) / 6
+    assert table[-1] == f"Mean absolute error {mae:.1%}; 5 of 6 rows within 0.87-1.15."
     assert table[2].startswith("| BERT-Large phase-1 pre-training throughput: trn1.32xlarge, DP=32")
     assert table[5].startswith("| Llama-3.1-405B inference: time per output token")
 
