@@ -506,3 +506,22 @@ def test_small_host_random_ops_draw_once_as_in_a_real_run():
         dry = draw()
     for d, r in zip(dry, real):
         assert type(d) is torch.Tensor and torch.equal(d, r)
+
+
+def test_dtensor_ops_are_recorded_on_their_local_shards():
+    # Tensor parallelism's matmuls run on DTensors: what this rank's core computes is the local mm.
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    with torch_neuronx.readiness(dry_run=True, rank=1, world_size=4) as r:
+        dist.init_process_group("neuron")
+        mesh = init_device_mesh("neuron", (4,))
+        w = distribute_tensor(torch.randn(512, 128, device="neuron", dtype=torch.bfloat16), mesh, [Shard(0)])
+        x = distribute_tensor(torch.randn(64, 128, device="neuron", dtype=torch.bfloat16), mesh, [Replicate()])
+        y = torch.mm(x, w.t())  # colwise: each rank's 128 of the 512 output features
+    assert y.placements == (Shard(1),)
+    mms = [(k, n) for b in r.recording.buckets for k, n in b.ops.items() if k.op == "aten::mm"]
+    assert [(k.dtype, k.flops, n) for k, n in mms] == [("bfloat16", 2 * 64 * 128 * 128, 1)]
+    (est,) = [e for e in r.report.data["estimates"] if e["target"]]
+    assert est["tensor_flops"]["bfloat16"] == 2 * 64 * 128 * 128
