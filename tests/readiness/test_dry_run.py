@@ -525,3 +525,16 @@ def test_dtensor_ops_are_recorded_on_their_local_shards():
     assert [(k.dtype, k.flops, n) for k, n in mms] == [("bfloat16", 2 * 64 * 128 * 128, 1)]
     (est,) = [e for e in r.report.data["estimates"] if e["target"]]
     assert est["tensor_flops"]["bfloat16"] == 2 * 64 * 128 * 128
+
+
+def test_after_running_out_of_memory_a_larger_core_is_not_said_to_fit():
+    # The run stopped at the failure: what a larger core would need is not known.
+    with torch_neuronx.readiness(dry_run=True, instance="trn2.3xlarge") as r:
+        a = torch.empty(16 << 30, dtype=torch.uint8, device="neuron")
+        with pytest.raises(torch.OutOfMemoryError):
+            torch.empty(16 << 30, dtype=torch.uint8, device="neuron")
+        del a
+    fit = {(f["chip"], f["lnc"]): f["fits"] for f in r.report.data["fit"]}
+    assert fit[("trn2", 2)] == "no (ran out of memory)"  # the core it ran out on (24 GiB)
+    assert fit[("trn3", 2)] == "unknown (the run stopped out of memory with 16.00 GiB allocated)"  # 36 GiB
+    assert r.report.verdict.startswith("will not fit: ran out of memory")
