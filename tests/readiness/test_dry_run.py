@@ -449,3 +449,115 @@ def test_ranks_start_one_at_a_time_until_each_has_loaded(tmp_path):
     for rank in (0, 1):
         assert times[(rank + 1, "start")] >= times[(rank, "forward")], times
     assert sorted(os.listdir(tmp_path / "raw")) == ["rank0.json", "rank1.json", "rank1.log", "rank2.json", "rank2.log"]
+
+
+def _run_apart(code: str) -> subprocess.CompletedProcess:
+    """`code` in a Python of its own: what these tests check crashed the process before."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
+    cmd = [sys.executable, "-c", textwrap.dedent(code)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
+
+
+def test_dtensor_random_init_of_sharded_parameters():
+    # How torchtitan initialises its FSDP2 (and FSDP2 x TP) parameters: DTensor's RNG tracker takes
+    # the generator's state to the device and back (fake in a dry run), trunc_normal_ branches on
+    # a replicated DTensor's value, and a strided shard's offsets come from a host arange.
+    p = _run_apart(
+        """
+        import torch, torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+        from torch.distributed.tensor.placement_types import _StridedShard
+        import torch_neuronx
+
+        with torch_neuronx.readiness(dry_run=True, rank=3, world_size=4) as r:
+            dist.init_process_group("neuron")
+            mesh = init_device_mesh("neuron", (2, 2), mesh_dim_names=("dp", "tp"))
+            before = torch.neuron.get_rng_state()
+            w = distribute_tensor(torch.empty(64, 32, device="neuron"), mesh, [Shard(0), Replicate()])
+            torch.nn.init.normal_(w, std=0.02)
+            print("sharded", tuple(w.to_local().shape), torch.equal(torch.neuron.get_rng_state(), before))
+            q = w.new_empty(32, 32)  # replicated
+            torch.nn.init.trunc_normal_(q, std=0.02)
+            print("replicated", q.placements)
+            s = distribute_tensor(torch.empty(64, 32, device="neuron"), mesh, [_StridedShard(0, split_factor=2), Shard(0)])
+            torch.nn.init.normal_(s)
+            print("strided", tuple(s.to_local().shape))
+        print(r.report.data["verdict"])
+        """
+    )
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    assert "sharded (32, 32) True" in p.stdout  # the fake state did not touch the generator
+    assert "replicated (Replicate(), Replicate())" in p.stdout
+    assert "strided (16, 32)" in p.stdout
+    assert "runs natively" in p.stdout
+
+
+def test_plain_torch_compile_generates_no_code_in_a_dry_run():
+    # backend "inductor" (torch.compile's default, which torchtitan uses for FlexAttention and its
+    # block masks) reaches Inductor without backend "neuron": generated code would read fake memory.
+    p = _run_apart(
+        """
+        import torch
+        import torch_neuronx
+
+        f = lambda x: (x * 2).sin().sum(0)
+        with torch_neuronx.readiness(dry_run=True) as r:
+            y = torch.compile(f)(torch.randn(1 << 20, 64, device="neuron"))
+            print("dry", type(y).__name__, tuple(y.shape))
+        graphs = r.report.data["compile"]["graphs"]
+        print("graphs", len(graphs), graphs[0]["cache"])
+        torch._dynamo.reset()
+        x = torch.randn(8, 4, device="neuron")
+        print("real", torch.allclose(torch.compile(f)(x).cpu(), f(x.cpu())))
+        """
+    )
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    assert "dry FakeTensor (64,)" in p.stdout
+    assert "graphs 1 dry run" in p.stdout
+    assert "real True" in p.stdout  # after the dry run, Inductor compiles again
+
+
+def test_small_host_random_ops_draw_once_as_in_a_real_run():
+    # Small host work runs for real in a dry run (the fake mode runs it so too): never twice.
+    def draw():
+        torch.manual_seed(0)
+        return torch.randn(4), torch.randn(4), torch.randint(0, 100, (3,))
+
+    real = draw()
+    with torch_neuronx.readiness(dry_run=True):
+        dry = draw()
+    for d, r in zip(dry, real):
+        assert type(d) is torch.Tensor and torch.equal(d, r)
+
+
+def test_dtensor_ops_are_recorded_on_their_local_shards():
+    # Tensor parallelism's matmuls run on DTensors: what this rank's core computes is the local mm.
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    with torch_neuronx.readiness(dry_run=True, rank=1, world_size=4) as r:
+        dist.init_process_group("neuron")
+        mesh = init_device_mesh("neuron", (4,))
+        w = distribute_tensor(torch.randn(512, 128, device="neuron", dtype=torch.bfloat16), mesh, [Shard(0)])
+        x = distribute_tensor(torch.randn(64, 128, device="neuron", dtype=torch.bfloat16), mesh, [Replicate()])
+        y = torch.mm(x, w.t())  # colwise: each rank's 128 of the 512 output features
+    assert y.placements == (Shard(1),)
+    mms = [(k, n) for b in r.recording.buckets for k, n in b.ops.items() if k.op == "aten::mm"]
+    assert [(k.dtype, k.flops, n) for k, n in mms] == [("bfloat16", 2 * 64 * 128 * 128, 1)]
+    (est,) = [e for e in r.report.data["estimates"] if e["target"]]
+    assert est["tensor_flops"]["bfloat16"] == 2 * 64 * 128 * 128
+
+
+def test_after_running_out_of_memory_a_larger_core_is_not_said_to_fit():
+    # The run stopped at the failure: what a larger core would need is not known.
+    with torch_neuronx.readiness(dry_run=True, instance="trn2.3xlarge") as r:
+        a = torch.empty(16 << 30, dtype=torch.uint8, device="neuron")
+        with pytest.raises(torch.OutOfMemoryError):
+            torch.empty(16 << 30, dtype=torch.uint8, device="neuron")
+        del a
+    fit = {(f["chip"], f["lnc"]): f["fits"] for f in r.report.data["fit"]}
+    assert fit[("trn2", 2)] == "no (ran out of memory)"  # the core it ran out on (24 GiB)
+    assert fit[("trn3", 2)] == "unknown (the run stopped out of memory with 16.00 GiB allocated)"  # 36 GiB
+    assert r.report.verdict.startswith("will not fit: ran out of memory")

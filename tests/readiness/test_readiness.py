@@ -63,6 +63,31 @@ def test_fallback_op_source_line_steps_and_verdict():
     assert _op(rep.data["estimates"][0], "aten::addmm")["count"] == 1
 
 
+class _Optimizers(torch.optim.Optimizer):
+    """A container of optimizers that is itself one (torchtitan's, one optimizer per model part)."""
+
+    def __init__(self, parts):
+        self.parts = [torch.optim.SGD(p.parameters(), lr=0.1) for p in parts]
+        super().__init__([p for o in self.parts for g in o.param_groups for p in g["params"]], {})
+
+    def step(self, closure=None):
+        for o in self.parts:
+            o.step()
+
+
+def test_a_step_of_a_container_of_optimizers_is_one_step():
+    parts = [torch.nn.Linear(8, 8).to("neuron") for _ in range(2)]
+    opt = _Optimizers(parts)
+    with torch_neuronx.readiness() as r:
+        for _ in range(3):
+            parts[1](parts[0](torch.randn(4, 8, device="neuron"))).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        torch.optim.SGD(parts[0].parameters(), lr=0.1).step()  # a plain optimizer's step after it still counts
+    assert r.report.data["steps"] == 4
+    assert [sum(b.ops.values()) > 0 for b in r.recording.buckets[:3]] == [True] * 3  # each step has its work
+
+
 def test_native_run_has_no_fallbacks_and_whole_run_scope():
     with torch_neuronx.readiness() as r:
         x = torch.randn(16, 16, device="neuron")

@@ -23,6 +23,7 @@ DEVICE = "neuron"
 _lock = threading.RLock()
 _installed = False
 _installing = False
+_compile_fx_override = None  # (gm, example_inputs) -> compiled, used instead of Inductor when set
 
 
 class UnsupportedTorchVersionError(RuntimeError):
@@ -68,6 +69,7 @@ def install() -> None:
             _patch_rng_state_hops()
             _patch_cat_lowering()
             _patch_flex_attention()
+            _patch_compile_fx()
             _installed = True
         finally:
             _installing = False
@@ -169,6 +171,29 @@ def _no_cpp_wrapper_message(aot: bool) -> str:
 # --------------------------------------------------------------------------- #
 # "Is this the CPU?" checks
 # --------------------------------------------------------------------------- #
+
+
+def override_compile_fx(fn) -> None:
+    """Compile every graph that reaches Inductor's ``compile_fx`` with ``fn(gm, example_inputs)``
+    instead (None: Inductor again). Plain ``torch.compile`` (backend "inductor") and libraries that
+    compile with it reach Inductor without backend "neuron"; a run without data must not generate
+    code for them either: generated code would read fake tensors' memory."""
+    global _compile_fx_override
+    _compile_fx_override = fn
+
+
+def _patch_compile_fx() -> None:
+    from torch._inductor import compile_fx as module
+
+    orig = module.compile_fx
+
+    def compile_fx(model_, example_inputs_, *args, **kwargs):
+        override = _compile_fx_override
+        if override is None:
+            return orig(model_, example_inputs_, *args, **kwargs)
+        return override(model_, example_inputs_)
+
+    _rebind(module, "compile_fx", compile_fx)
 
 
 def _rebind(module, name: str, new) -> None:

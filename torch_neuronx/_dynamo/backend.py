@@ -220,6 +220,16 @@ def compile_without_codegen(reason: str | None) -> None:
     op by op (for a run that has no data, `reason` names it in the compile metrics); None: as usual."""
     global _without_codegen
     _without_codegen = reason
+    glue.override_compile_fx(None if reason is None else _inductor_without_codegen)
+
+
+def _inductor_without_codegen(gm, example_inputs):
+    """A graph compiled with Inductor itself (backend "inductor") in a run without data: as this
+    backend compiles one then, and listed with its graphs."""
+    graph_name = f"inductor_{next(_graph_ids)}"
+    compiled = glue.partition_without_codegen(gm, list(example_inputs), graph_name)
+    metrics.record_graph(graph_name, _shape_sig(example_inputs), 0.0, _without_codegen, _graph_site(gm))
+    return compiled
 
 
 def _compile(gm, example_inputs: list, opts: _Options, graph_name: str, names: list):

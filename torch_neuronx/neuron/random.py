@@ -7,6 +7,7 @@ and do not equal CPU's for the same seed.
 """
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from .. import _C
 from .device import _checked, device_count
@@ -63,6 +64,11 @@ def get_rng_state(device="neuron") -> torch.Tensor:
 
 def set_rng_state(new_state: torch.Tensor, device="neuron") -> None:
     """Restore a device's RNG state."""
+    if is_fake(new_state):
+        # A dry run's state has no bytes to read (DTensor's RNG tracker takes the state to the
+        # device and back, which a dry run fakes). Its random ops draw nothing, so the generator
+        # keeps its state; reading the fake's memory would crash the process.
+        return
     # No clone (set_state copies the 16 bytes): FakeTensorMode refuses to clone
     # a real tensor, and CPU and CUDA hand the state over directly too.
     _generator(device).set_state(new_state if new_state.device.type == "cpu" else new_state.cpu())

@@ -82,10 +82,12 @@ class _Mode(torch.utils._python_dispatch.TorchDispatchMode):
             self.dry._account_outputs(func, out)
             return out
         if func is _aten._local_scalar_dense.default:
-            if not isinstance(args[0], _tp.FakeTensor):
+            # A DTensor's value is its local shard's (DTensor reads it there): a fake one has none.
+            t = _tp.local(args[0])
+            if not isinstance(t, _tp.FakeTensor):
                 return _tp.run_real(func, args, kwargs)  # a real host tensor has its value
-            known = self.dry.known.item(args[0])
-            return known if known is not None else self.dry.values.read(args[0])
+            known = self.dry.known.item(t)
+            return known if known is not None else self.dry.values.read(t)
         if func.namespace in ("c10d", "_c10d_functional"):
             return self._collective(func, args, kwargs)
         host = _tp.real_host_args(args, kwargs)
@@ -104,7 +106,8 @@ class _Mode(torch.utils._python_dispatch.TorchDispatchMode):
             return _tp.run_real(func, args, kwargs)
         out = self._fake_run(func, args, kwargs, host)
         if host and _tp.small_host_result(out, _REAL_HOST_BYTES):
-            return _tp.run_real(func, args, kwargs)
+            # The fake mode may have run it for real already: never twice (a random op would draw twice).
+            return out if not _tp.fake_inputs((out,), {}) else _tp.run_real(func, args, kwargs)
         real = self.dry.known.after(func, args, kwargs, out)
         if real is not None:
             return real  # host results of known values: the script reads them
@@ -176,7 +179,7 @@ class DryExecutor:
         from torch.nn.modules.module import register_module_parameter_registration_hook
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-        self._fake = _tp.new_fake_mode(self._on_fake_op)
+        self._fake = _tp.new_fake_mode(self._on_fake_op, _REAL_HOST_BYTES)
         self._fake.__enter__()
         self._mode = _Mode(self)
         self._mode.__enter__()

@@ -67,6 +67,23 @@ class _Mode(TorchDispatchMode):
         return out
 
 
+def _on_local_shards(args, kwargs, out, ts: list):
+    """A DTensor op as the same op on the local shards, which is what runs on this rank's core:
+    DTensor runs it below this mode, out of its sight (tensor parallelism's matmuls, an
+    optimizer's step on FSDP2's sharded parameters). The shards are the inputs' before any
+    redistribution DTensor makes for the op (its collectives are recorded apart). None when
+    another wrapper is among them (a compiler's functional tensors: tracing, not the run)."""
+    if not all(hasattr(t, "_local_tensor") for t in ts if _torch_private.is_wrapper(t)):
+        return None
+
+    def local(a):
+        if isinstance(a, (list, tuple)):
+            return type(a)(local(b) for b in a)
+        return _torch_private.local(a) if isinstance(a, torch.Tensor) else a
+
+    return local(args), {k: local(v) for k, v in kwargs.items()}, local(out)
+
+
 def _device_and_dtype(ins: list, outs: list) -> tuple:
     """(the core an op ran on, its dtype's name): the first neuron output's core (else input's),
     the first floating input's dtype (else the first tensor's); core None for a host op."""
@@ -144,7 +161,13 @@ class Recorder:
             info = self._funcs[func] = FuncInfo(func)
         ins, outs = tensors(kwargs.values(), tensors(args, [])), outputs(out)
         if any(self._not_the_run(t) for t in outs or ins):
-            return
+            local = _on_local_shards(args, kwargs, out, ins + outs)
+            if local is None:
+                return
+            args, kwargs, out = local
+            ins, outs = tensors(kwargs.values(), tensors(args, [])), outputs(out)
+            if any(self._not_the_run(t) for t in outs or ins):
+                return
         name, kind = info.name, info.kind
         # a wait moves no data, and is not a collective of the group's stream
         collective = kind == "collective" and not name.startswith("_c10d_functional::wait_tensor")

@@ -35,11 +35,15 @@ class _ReportingFakeMode(FakeTensorMode):
     parameters): the subclass runs them with the modes above the fake one popped. Those
     ops pass here. So do ops that only compute metadata on fakes the fake mode made for
     them (DTensor's sharding propagation runs its op on global-shape fakes in the current
-    fake mode), which allocate nothing in a real run: the callback tells them apart."""
+    fake mode), which allocate nothing in a real run: the callback tells them apart.
+    Small host work on real inputs that reaches it so runs for real (results under
+    ``real_host_bytes``), as the dry run's own mode runs it: DTensor's shard offsets of a
+    strided shard (an ``arange`` it reads back with ``tolist()``) have their values."""
 
-    def __init__(self, on_outputs, **kwargs):
+    def __init__(self, on_outputs, real_host_bytes: int = 0, **kwargs):
         super().__init__(**kwargs)
         self._on_outputs = on_outputs
+        self._real_host_bytes = real_host_bytes
         self._depth = threading.local()
 
     def dispatch(self, func, types, args=(), kwargs=None):
@@ -52,7 +56,10 @@ class _ReportingFakeMode(FakeTensorMode):
         finally:
             self._depth.n = depth
         if depth == 0:
-            self._on_outputs(func, args, kwargs or {}, out)
+            kwargs = kwargs or {}
+            if real_host_args(args, kwargs) and small_host_result(out, self._real_host_bytes):
+                return run_real(func, args, kwargs)
+            self._on_outputs(func, args, kwargs, out)
         return out
 
 
@@ -65,11 +72,12 @@ def let_fake_mode_run(hop) -> None:
         hop._dispatch_cache.clear()
 
 
-def new_fake_mode(on_outputs) -> FakeTensorMode:
+def new_fake_mode(on_outputs, real_host_bytes: int = 0) -> FakeTensorMode:
     """The mode a dry run executes in; ``on_outputs(func, args, kwargs, out)`` sees every op. Real
     tensors made before it (module constants of libraries imported earlier) are converted
-    on first use instead of raising."""
-    return _ReportingFakeMode(on_outputs, allow_non_fake_inputs=True)
+    on first use instead of raising; ops on real host inputs with results under
+    ``real_host_bytes`` run for real."""
+    return _ReportingFakeMode(on_outputs, real_host_bytes, allow_non_fake_inputs=True)
 
 
 def leaves(args, kwargs):

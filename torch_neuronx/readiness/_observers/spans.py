@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from .._record import Bucket
 
 
@@ -15,7 +17,8 @@ class Spans:
         self.regions: list = []  # in order of entry
         self._open: list = [self.steps[0]]
         self._on_step: list = []  # called before each new step bucket opens
-        self._hook = None
+        self._hooks: list = []
+        self._depth = threading.local()  # optimizer steps under way in this thread
 
     def count_op(self, key) -> None:
         for b in self._open:
@@ -48,16 +51,24 @@ class Spans:
         self._on_step.append(callback)
 
     def start(self) -> None:
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-        self._hook = register_optimizer_step_post_hook(self._step)
+        self._hooks = [register_optimizer_step_pre_hook(self._enter), register_optimizer_step_post_hook(self._step)]
 
     def stop(self) -> None:
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+
+    def _enter(self, optimizer, args, kwargs) -> None:
+        self._depth.n = getattr(self._depth, "n", 0) + 1
 
     def _step(self, optimizer, args, kwargs) -> None:
+        # A step inside another optimizer's step is part of it: a container of optimizers
+        # (torchtitan's, one per model part) is an Optimizer whose step() steps each of them.
+        self._depth.n = max(getattr(self._depth, "n", 1) - 1, 0)
+        if self._depth.n:
+            return
         for callback in self._on_step:
             callback()
         i = self._open.index(self.steps[-1])

@@ -28,6 +28,9 @@ def fit(memory, cap) -> list:
             capacity = chip.per_core(n)["hbm_bytes"]
             if oom and capacity <= cap:
                 fits = "no (ran out of memory)"
+            elif oom:
+                # The run stopped where it ran out: its peak is only what a larger core needs at least.
+                fits = f"unknown (the run stopped out of memory with {fmt_bytes(peak_alloc)} allocated)"
             elif peak_res <= capacity:
                 fits = "yes"
             elif peak_alloc <= capacity:
