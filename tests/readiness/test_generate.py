@@ -113,6 +113,10 @@ def test_a_static_cache_update_moves_only_the_rows_it_writes():
     new = torch.ones(1, 2, 1, 64, device="neuron")
     pos = torch.tensor([5], device="neuron")
     assert _cost.moved_bytes("aten::index_copy_", [cache, pos, new], [cache]) == 2 * (new.nbytes + pos.nbytes)
+    # an embedding lookup reads the rows it selects, not the whole table
+    table, ids = torch.zeros(1000, 64, device="neuron"), torch.tensor([[3, 5]], device="neuron")
+    rows = torch.nn.functional.embedding(ids, table)
+    assert _cost.moved_bytes("aten::embedding", [table, ids], [rows]) == ids.nbytes + 2 * rows.nbytes
     out = torch.cat([cache, new], dim=2)  # a dynamic cache's cat reads and writes it all
     assert _cost.moved_bytes("aten::cat", [cache, new], [out]) == cache.nbytes + new.nbytes + out.nbytes
 

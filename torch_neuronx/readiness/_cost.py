@@ -180,12 +180,22 @@ def tile_flops(name: str, args, flops: int) -> int:
         return 0
 
 
+# Ops that read only the rows their indices select from their first input (an embedding lookup):
+# they move the indices, the rows (as many bytes as they write) and their output.
+_GATHERS = frozenset({"aten::embedding"})
+
+
 def moved_bytes(name: str, ins: list, outs: list) -> int:
     """HBM bytes an op moves: its inputs read and outputs written once (a partial in-place
-    write: the values and indices it reads, and the values it writes)."""
-    if name.split(".")[0] in _PARTIAL_WRITES and ins and outs and outs[0] is ins[0]:
+    write: the values and indices it reads, and the values it writes; a lookup: the indices,
+    the rows it reads and what it writes)."""
+    base = name.split(".")[0]
+    if base in _PARTIAL_WRITES and ins and outs and outs[0] is ins[0]:
         src = sum(t.nbytes for t in ins[1:])
         return 2 * src
+    if base in _GATHERS and len(ins) >= 2 and outs:
+        written = sum(t.nbytes for t in outs)
+        return sum(t.nbytes for t in ins[1:]) + 2 * written
     return sum(t.nbytes for t in ins) + sum(t.nbytes for t in outs)
 
 
