@@ -127,7 +127,7 @@ class FuncInfo:
 
 # The tile shapes are the same on every Trainium generation (a test checks), so a recording,
 # made once for every chip it is estimated on, can hold the tiles an op occupies.
-_TILES = _hw.CHIPS["trn2"]
+TILES = _hw.CHIPS["trn2"]
 _ATTENTION = frozenset(
     {
         "_scaled_dot_product_flash_attention_for_cpu",
@@ -175,7 +175,7 @@ def tile_flops(name: str, args, flops: int) -> int:
     convolution: timed at its FLOPs)."""
     try:
         mm = _matmuls(name, args)
-        return round(flops * _te.occupancy(_TILES, [tuple(int(x) for x in m) for m in mm])) if mm else 0
+        return round(flops * _te.occupancy(TILES, [tuple(int(x) for x in m) for m in mm])) if mm else 0
     except (TypeError, ValueError, IndexError, AttributeError):  # symbolic or unexpected shapes
         return 0
 

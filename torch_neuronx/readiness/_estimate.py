@@ -12,9 +12,11 @@ from __future__ import annotations
 import statistics
 
 from neuronsim import hardware as hw
+from neuronsim import tensor_engine as _te
 
 from . import _collective_time
 from ._collective_time import collective_time
+from ._cost import TILES
 
 ASSUMPTIONS = (
     "Each op runs alone on one logical NeuronCore: time = fixed + max(compute, memory).",
@@ -22,8 +24,9 @@ ASSUMPTIONS = (
     "which the simulator runs as the CPU flash kernel, with its device form's FLOPs) at the Tensor "
     "Engine's dense peak for their input dtype (float32 at the FP32 rate, or TF32 when "
     "torch.set_float32_matmul_precision allows it), for the tiles they occupy: the contraction "
-    "dimension in tiles of 128 partitions, the stationary operand in tiles of 128 columns, the "
-    "moving one streamed in tiles of up to 512 columns at one column per cycle and at least 64 "
+    f"dimension in tiles of {TILES.partitions} partitions, the stationary operand in tiles of "
+    f"{TILES.gemm_stationary_fmax} columns, the moving one streamed in tiles of up to "
+    f"{TILES.gemm_moving_fmax} columns at one column per cycle and at least {_te.MM_INIT_LATENCY} "
     "cycles per instruction (NKI architecture guides), a partial tile costing a full one, the "
     "cheaper of the two layouts (convolutions: at their FLOPs); other ops at the Vector Engine "
     "rate, one operation per element read or written.",
