@@ -278,4 +278,3 @@ def test_the_dry_run_agrees_with_the_real_run(tmp_path, case):
     if not case.differs:
         assert dry.returncode == 0, dry.output
         assert real.report["verdict"] == dry.report["verdict"], (real.report["verdict"], dry.report["verdict"])
-
