@@ -74,6 +74,18 @@ def test_an_optimizer_made_before_the_model_moves_steps_the_device_parameters():
     assert abs(dry["peak_allocated"] - real["peak_allocated"]) <= 0.01 * real["peak_allocated"]
 
 
+def test_a_parameter_made_from_known_host_values_moves_with_its_module():
+    """A small weight made on the host and moved over has known values; wrapped in a Parameter,
+    it must still be swappable when the module moves (diffusers' tensor-parallel loader does this
+    with the replicated norms and biases of a Flux transformer)."""
+    with torch_neuronx.readiness(dry_run=True) as r:
+        m = torch.nn.Linear(4, 4, device="neuron")
+        # as accelerate's loader sets it: into _parameters, no registration hook
+        m._parameters["bias"] = torch.nn.Parameter(torch.zeros(4).to("neuron"))
+        m.to("neuron", torch.bfloat16)  # Module.to swaps fake parameters
+    assert m.bias.dtype == torch.bfloat16 and r.report.verdict == "runs natively"
+
+
 def test_compiled_graphs_are_dynamos_own():
     def run(dry):
         torch._dynamo.reset()

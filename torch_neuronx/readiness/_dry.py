@@ -163,6 +163,7 @@ class DryExecutor:
         self._mode = None
         self._taps = [_tp.StorageResizeTap(self._on_resize), _tp.ForeachTap(), _tp.ShardingCacheTap()]
         self._taps += [_tp.BufferStorageTap(), _tp.ParameterClassTap(), ObjectCollectivesTap(self.known.assumed)]
+        self._taps.append(_tp.SwapTap(self.known._forget))
         # Threads the script starts run ops here too (and storages die in any thread).
         self._lock = threading.RLock()
         self._hooks = []

@@ -276,6 +276,35 @@ class ForeachTap:
         self._added = []
 
 
+class SwapTap:
+    """Drops what the dry run keeps about two tensors before ``torch.utils.swap_tensors`` swaps
+    them. ``Module.to`` swaps fake parameters, and swap_tensors refuses a tensor with a weak
+    reference: the one by which the dry run keeps a small tensor's known values (a bias moved
+    from the host, which accelerate's loader then makes a parameter). `forget` takes a tensor."""
+
+    def __init__(self, forget):
+        self._forget, self._orig = forget, None
+
+    def install(self) -> None:
+        import torch.utils
+
+        orig = self._orig = torch.utils.swap_tensors
+
+        def swap_tensors(t1, t2):
+            self._forget(t1)
+            self._forget(t2)
+            return orig(t1, t2)
+
+        torch.utils.swap_tensors = swap_tensors
+
+    def remove(self) -> None:
+        if self._orig is not None:
+            import torch.utils
+
+            torch.utils.swap_tensors = self._orig
+            self._orig = None
+
+
 class ShardingCacheTap:
     """Lets DTensor cache its sharding propagation in a dry run, as it does in an eager run.
 
