@@ -86,6 +86,18 @@ def test_a_parameter_made_from_known_host_values_moves_with_its_module():
     assert m.bias.dtype == torch.bfloat16 and r.report.verdict == "runs natively"
 
 
+def test_a_fake_tensor_deep_copies_in_the_same_mode():
+    """accelerate's FSDP2 preparation deep-copies the model's non-persistent buffers."""
+    import copy
+
+    with torch_neuronx.readiness(dry_run=True):
+        buffers = {"inv_freq": torch.arange(64, dtype=torch.float32).to("neuron"), "big": torch.empty(1 << 24)}
+        copied = copy.deepcopy(buffers)
+        assert copied["big"] is not buffers["big"] and copied["big"].shape == (1 << 24,)
+        assert copied["inv_freq"].device == torch.device("neuron", 0)
+        assert (copied["big"] + buffers["big"]).shape == (1 << 24,)  # the same mode: they combine
+
+
 def test_compiled_graphs_are_dynamos_own():
     def run(dry):
         torch._dynamo.reset()

@@ -42,6 +42,12 @@ class _ReportingFakeMode(FakeTensorMode):
         self._on_outputs = on_outputs
         self._depth = threading.local()
 
+    def __deepcopy__(self, memo):
+        # a deep copy of a fake tensor copies its __dict__, which names its mode; the copy must be
+        # made in this same mode (accelerate's FSDP2 preparation deep-copies buffers), and the
+        # mode's callback reaches objects that cannot be copied (thread-locals)
+        return self
+
     def dispatch(self, func, types, args=(), kwargs=None):
         # Only the outermost call: nested ones are the fake mode's own decomposition of
         # that op, whose intermediates a device kernel would not allocate.
