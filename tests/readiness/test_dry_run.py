@@ -98,6 +98,21 @@ def test_a_fake_tensor_deep_copies_in_the_same_mode():
         assert (copied["big"] + buffers["big"]).shape == (1 << 24,)  # the same mode: they combine
 
 
+def test_a_dtensor_value_read_gets_a_placeholder():
+    """The Trainer logs FSDP2's gradient norm, a DTensor, with item()."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, distribute_tensor
+
+    with torch_neuronx.readiness(dry_run=True, rank=0, world_size=2) as r:
+        dist.init_process_group("neuron")
+        mesh = init_device_mesh("neuron", (2,))
+        norm = distribute_tensor(torch.ones(4, device="neuron"), mesh, [Replicate()]).norm()
+        assert norm.item() == 1.0
+    reads = r.report.data["dry_run"]["value_reads"]
+    assert [(v["kind"], v["placeholder"]) for v in reads] == [("float", 1.0)]
+
+
 def test_compiled_graphs_are_dynamos_own():
     def run(dry):
         torch._dynamo.reset()

@@ -82,8 +82,10 @@ class _Mode(torch.utils._python_dispatch.TorchDispatchMode):
             self.dry._account_outputs(func, out)
             return out
         if func is _aten._local_scalar_dense.default:
-            if not isinstance(args[0], _tp.FakeTensor):
+            a = args[0]
+            if not isinstance(a, _tp.FakeTensor) and not _tp.is_traceable_wrapper_subclass(a):
                 return _tp.run_real(func, args, kwargs)  # a real host tensor has its value
+            # a DTensor (FSDP2's gradient norm) holds a fake shard: no value either
             known = self.dry.known.item(args[0])
             return known if known is not None else self.dry.values.read(args[0])
         if func.namespace in ("c10d", "_c10d_functional"):
