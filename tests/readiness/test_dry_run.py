@@ -167,6 +167,17 @@ def test_out_of_memory_where_the_device_raises_it():
     assert torch.neuron.memory_allocated() - before < 1 << 20  # what the dry run reserved is released
 
 
+def test_after_out_of_memory_larger_cores_are_not_said_to_fit():
+    """The run stopped at the allocation that failed: its peak says nothing of larger cores."""
+    with pytest.raises(torch.OutOfMemoryError):
+        with torch_neuronx.readiness(dry_run=True, instance="trn2.48xlarge") as r:
+            keep = [torch.empty(10 << 30, dtype=torch.uint8, device="neuron") for _ in range(3)]  # 30 of 24 GiB
+            del keep
+    fit = {(f["chip"], f["lnc"]): f["fits"] for f in r.report.data["fit"]}
+    assert fit[("trn2", 2)] == "no (ran out of memory)"
+    assert fit[("trn3", 2)] == "unknown (ran out of memory at 24.00 GiB, so it needs more than that)"
+
+
 def test_value_reads_get_placeholders_and_are_listed_with_their_line():
     with torch_neuronx.readiness(dry_run=True) as r:
         loss = torch.randn(8, device="neuron").pow(2).mean()

@@ -28,6 +28,8 @@ def fit(memory, cap) -> list:
             capacity = chip.per_core(n)["hbm_bytes"]
             if oom and capacity <= cap:
                 fits = "no (ran out of memory)"
+            elif oom:  # the run stopped at the failed allocation: its peak is only a lower bound
+                fits = f"unknown (ran out of memory at {fmt_bytes(cap)}, so it needs more than that)"
             elif peak_res <= capacity:
                 fits = "yes"
             elif peak_alloc <= capacity:
