@@ -270,6 +270,7 @@ def main() -> None:
     p.add_argument("--work", default=None, help="where checkpoints and reports go (default: a temporary dir)")
     args = p.parse_args()
     work = args.work or tempfile.mkdtemp(prefix="dry-run-bench-")
+    os.makedirs(work, exist_ok=True)
     base_s, base_gib = _baseline_import_seconds()
     print(f"plain CPU PyTorch process importing torch+transformers+trl: {base_s:.1f} s, {base_gib:.2f} GiB max RSS")
     print("| case | ranks | wall time | host memory (all processes) | verdict | peak per core | rank classes |")
