@@ -74,6 +74,45 @@ def test_an_optimizer_made_before_the_model_moves_steps_the_device_parameters():
     assert abs(dry["peak_allocated"] - real["peak_allocated"]) <= 0.01 * real["peak_allocated"]
 
 
+def test_a_parameter_made_from_known_host_values_moves_with_its_module():
+    """A small weight made on the host and moved over has known values; wrapped in a Parameter,
+    it must still be swappable when the module moves (diffusers' tensor-parallel loader does this
+    with the replicated norms and biases of a Flux transformer)."""
+    with torch_neuronx.readiness(dry_run=True) as r:
+        m = torch.nn.Linear(4, 4, device="neuron")
+        # as accelerate's loader sets it: into _parameters, no registration hook
+        m._parameters["bias"] = torch.nn.Parameter(torch.zeros(4).to("neuron"))
+        m.to("neuron", torch.bfloat16)  # Module.to swaps fake parameters
+    assert m.bias.dtype == torch.bfloat16 and r.report.verdict == "runs natively"
+
+
+def test_a_fake_tensor_deep_copies_in_the_same_mode():
+    """accelerate's FSDP2 preparation deep-copies the model's non-persistent buffers."""
+    import copy
+
+    with torch_neuronx.readiness(dry_run=True):
+        buffers = {"inv_freq": torch.arange(64, dtype=torch.float32).to("neuron"), "big": torch.empty(1 << 24)}
+        copied = copy.deepcopy(buffers)
+        assert copied["big"] is not buffers["big"] and copied["big"].shape == (1 << 24,)
+        assert copied["inv_freq"].device == torch.device("neuron", 0)
+        assert (copied["big"] + buffers["big"]).shape == (1 << 24,)  # the same mode: they combine
+
+
+def test_a_dtensor_value_read_gets_a_placeholder():
+    """The Trainer logs FSDP2's gradient norm, a DTensor, with item()."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, distribute_tensor
+
+    with torch_neuronx.readiness(dry_run=True, rank=0, world_size=2) as r:
+        dist.init_process_group("neuron")
+        mesh = init_device_mesh("neuron", (2,))
+        norm = distribute_tensor(torch.ones(4, device="neuron"), mesh, [Replicate()]).norm()
+        assert norm.item() == 1.0
+    reads = r.report.data["dry_run"]["value_reads"]
+    assert [(v["kind"], v["placeholder"]) for v in reads] == [("float", 1.0)]
+
+
 def test_compiled_graphs_are_dynamos_own():
     def run(dry):
         torch._dynamo.reset()
@@ -126,6 +165,17 @@ def test_out_of_memory_where_the_device_raises_it():
             keep = [torch.empty(10 << 30, dtype=torch.uint8, device="neuron") for _ in range(3)]  # 30 of 24 GiB
             del keep
     assert torch.neuron.memory_allocated() - before < 1 << 20  # what the dry run reserved is released
+
+
+def test_after_out_of_memory_larger_cores_are_not_said_to_fit():
+    """The run stopped at the allocation that failed: its peak says nothing of larger cores."""
+    with pytest.raises(torch.OutOfMemoryError):
+        with torch_neuronx.readiness(dry_run=True, instance="trn2.48xlarge") as r:
+            keep = [torch.empty(10 << 30, dtype=torch.uint8, device="neuron") for _ in range(3)]  # 30 of 24 GiB
+            del keep
+    fit = {(f["chip"], f["lnc"]): f["fits"] for f in r.report.data["fit"]}
+    assert fit[("trn2", 2)] == "no (ran out of memory)"
+    assert fit[("trn3", 2)] == "unknown (ran out of memory at 24.00 GiB, so it needs more than that)"
 
 
 def test_value_reads_get_placeholders_and_are_listed_with_their_line():
@@ -548,16 +598,3 @@ def test_dtensor_ops_are_recorded_on_their_local_shards():
     assert [(k.dtype, k.flops, n) for k, n in mms] == [("bfloat16", 2 * 64 * 128 * 128, 1)]
     (est,) = [e for e in r.report.data["estimates"] if e["target"]]
     assert est["tensor_flops"]["bfloat16"] == 2 * 64 * 128 * 128
-
-
-def test_after_running_out_of_memory_a_larger_core_is_not_said_to_fit():
-    # The run stopped at the failure: what a larger core would need is not known.
-    with torch_neuronx.readiness(dry_run=True, instance="trn2.3xlarge") as r:
-        a = torch.empty(16 << 30, dtype=torch.uint8, device="neuron")
-        with pytest.raises(torch.OutOfMemoryError):
-            torch.empty(16 << 30, dtype=torch.uint8, device="neuron")
-        del a
-    fit = {(f["chip"], f["lnc"]): f["fits"] for f in r.report.data["fit"]}
-    assert fit[("trn2", 2)] == "no (ran out of memory)"  # the core it ran out on (24 GiB)
-    assert fit[("trn3", 2)] == "unknown (the run stopped out of memory with 16.00 GiB allocated)"  # 36 GiB
-    assert r.report.verdict.startswith("will not fit: ran out of memory")

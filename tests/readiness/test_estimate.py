@@ -174,3 +174,21 @@ def test_time_shares_sum_to_one_in_data_json_and_tables(tmp_path):
     assert "| instance | chip | LNC | time | MFU | compute | memory | fixed | collectives | dominated by |" in md
     html = (tmp_path / "report.html").read_text()
     assert "<th>MFU</th>" in html and "<th>collectives</th>" in html
+
+
+def test_linear_and_attention_under_inference_mode_count_their_matmuls():
+    """Under torch.inference_mode autograd does not decompose linear and SDPA: they reach the
+    recording whole and must count the FLOPs of the matmuls they run, as under no_grad."""
+    import torch.nn.functional as F
+
+    flops = {}
+    for ctx in (torch.no_grad, torch.inference_mode):
+        with torch_neuronx.readiness() as r:
+            lin = torch.nn.Linear(1024, 1024, device="neuron")
+            q = torch.randn(1, 4, 256, 64, device="neuron")
+            with ctx():
+                lin(torch.randn(512, 1024, device="neuron"))
+                F.scaled_dot_product_attention(q, q, q)
+        flops[ctx.__name__] = r.report.data["estimates"][0]["tensor_flops"]
+    expected = 2 * 512 * 1024 * 1024 + 2 * (2 * 4 * 256 * 256 * 64)  # x @ W^T; Q K^T and P V
+    assert flops["inference_mode"] == flops["no_grad"] == {"float32": expected}

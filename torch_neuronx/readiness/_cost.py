@@ -85,10 +85,23 @@ def dtype_name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
+def _composite_flops(name: str):
+    """A FLOP formula for a composite op PyTorch's counter has none for (it counts what they
+    decompose to), from its matmuls; such ops reach a recording whole under
+    ``torch.inference_mode``, where autograd does not decompose them."""
+
+    def flops(*args, out_val=None, **kwargs):
+        return sum(2 * m * k * n * c for m, k, n, c in _matmuls(name, args))
+
+    return flops
+
+
 def _flop_formula(func):
     from torch.utils.flop_counter import flop_registry
 
     packet = func._overloadpacket
+    if packet.__name__ in ("linear", "scaled_dot_product_attention"):
+        return _composite_flops(packet.__name__)
     twin = _DEVICE_FORM.get(packet.__name__)
     return flop_registry.get(packet) or (flop_registry.get(getattr(torch.ops.aten, twin)) if twin else None)
 
@@ -159,6 +172,11 @@ def _matmuls(name: str, args) -> list | None:
     if base in ("mm", "addmm"):
         a, b = args[-2:] if base == "addmm" else args[:2]
         return [(a.shape[0], a.shape[1], b.shape[1], 1)]
+    if base == "linear":  # x [..., K] @ weight [N, K]^T
+        x, w = args[:2]
+        return [(x.numel() // x.shape[-1], x.shape[-1], w.shape[0], 1)]
+    if base == "scaled_dot_product_attention":
+        return _attention_matmuls(*args[:3], backward=False)
     if base in ("bmm", "baddbmm"):
         a, b = args[1:3] if base == "baddbmm" else args[:2]
         return [(a.shape[1], a.shape[2], b.shape[2], a.shape[0])]

@@ -46,6 +46,12 @@ class _ReportingFakeMode(FakeTensorMode):
         self._real_host_bytes = real_host_bytes
         self._depth = threading.local()
 
+    def __deepcopy__(self, memo):
+        # a deep copy of a fake tensor copies its __dict__, which names its mode; the copy must be
+        # made in this same mode (accelerate's FSDP2 preparation deep-copies buffers), and the
+        # mode's callback reaches objects that cannot be copied (thread-locals)
+        return self
+
     def dispatch(self, func, types, args=(), kwargs=None):
         # Only the outermost call: nested ones are the fake mode's own decomposition of
         # that op, whose intermediates a device kernel would not allocate.
@@ -282,6 +288,35 @@ class ForeachTap:
         for types in getattr(self, "_added", ()):
             types.remove(FakeTensor)
         self._added = []
+
+
+class SwapTap:
+    """Drops what the dry run keeps about two tensors before ``torch.utils.swap_tensors`` swaps
+    them. ``Module.to`` swaps fake parameters, and swap_tensors refuses a tensor with a weak
+    reference: the one by which the dry run keeps a small tensor's known values (a bias moved
+    from the host, which accelerate's loader then makes a parameter). `forget` takes a tensor."""
+
+    def __init__(self, forget):
+        self._forget, self._orig = forget, None
+
+    def install(self) -> None:
+        import torch.utils
+
+        orig = self._orig = torch.utils.swap_tensors
+
+        def swap_tensors(t1, t2):
+            self._forget(t1)
+            self._forget(t2)
+            return orig(t1, t2)
+
+        torch.utils.swap_tensors = swap_tensors
+
+    def remove(self) -> None:
+        if self._orig is not None:
+            import torch.utils
+
+            torch.utils.swap_tensors = self._orig
+            self._orig = None
 
 
 class ShardingCacheTap:

@@ -28,9 +28,8 @@ def fit(memory, cap) -> list:
             capacity = chip.per_core(n)["hbm_bytes"]
             if oom and capacity <= cap:
                 fits = "no (ran out of memory)"
-            elif oom:
-                # The run stopped where it ran out: its peak is only what a larger core needs at least.
-                fits = f"unknown (the run stopped out of memory with {fmt_bytes(peak_alloc)} allocated)"
+            elif oom:  # the run stopped at the failed allocation: its peak is only a lower bound
+                fits = f"unknown (ran out of memory at {fmt_bytes(cap)}, so it needs more than that)"
             elif peak_res <= capacity:
                 fits = "yes"
             elif peak_alloc <= capacity:
