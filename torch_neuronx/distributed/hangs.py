@@ -142,7 +142,41 @@ def _check(pg, info: dict, op: str, args) -> None:
     finally:
         _pending.checking = False
     if not bool((out.view(-1, 2) == mine).all()):
-        _convert(pg, op, args, RuntimeError("Detected mismatch between collectives on ranks"))
+        err = RuntimeError("Detected mismatch between collectives on ranks")
+        # Every rank saw the same fingerprints, so every rank is here: each one's account of
+        # what it issued goes over the same helper group (not the store, which the rank
+        # hosting it takes down when it exits first).
+        err.neuron_accounts = _exchange_accounts(info, op, args)
+        _convert(pg, op, args, err)
+
+
+_ACCOUNT_BYTES = 1024
+
+
+def _sequence(info: dict, op: str):
+    """The collective's number in its group, as gloo (and the Flight Recorder) count them."""
+    try:
+        return info["backend"]._get_sequence_number_for_group() + (0 if op in ("send", "recv") else 1)
+    except Exception:  # noqa: BLE001
+        return "?"
+
+
+def _exchange_accounts(info: dict, op: str, args) -> dict | None:
+    """{group rank: what it issued} of the other ranks, by an all-gather on the helper group."""
+    text = _describe(op, _sequence(info, op), _tensors(args)).encode()[:_ACCOUNT_BYTES]
+    mine = torch.zeros(_ACCOUNT_BYTES, dtype=torch.uint8)
+    mine[: len(text)] = torch.tensor(list(text), dtype=torch.uint8)
+    out = torch.empty(info["size"] * _ACCOUNT_BYTES, dtype=torch.uint8)
+    try:
+        info["helper"]._allgather_base(out, mine).wait()
+    except RuntimeError:
+        return None  # a peer left: the store's accounts are the way left
+    rows = out.view(info["size"], _ACCOUNT_BYTES)
+    return {
+        r: bytes(rows[r].tolist()).rstrip(b"\0").decode(errors="replace")
+        for r in range(info["size"])
+        if r != info["rank"]
+    }
 
 
 # ---------------------------------------------------------------------------
@@ -199,10 +233,7 @@ def _diagnose(pg, op: str, args, err: BaseException) -> BaseException | None:
     timeout = re.search(r"[Tt]imed out|Connection closed by peer|Connection reset", text)
     if not (mismatch or timeout):
         return None
-    try:
-        seq = info["backend"]._get_sequence_number_for_group() + (0 if op in ("send", "recv") else 1)
-    except Exception:  # noqa: BLE001
-        seq = "?"
+    seq = _sequence(info, op)
     tensors = _tensors(args)
     mine = _describe(op, seq, tensors)
     _dumped.set()
@@ -212,7 +243,7 @@ def _diagnose(pg, op: str, args, err: BaseException) -> BaseException | None:
     head = f"[rank {info['rank']}] {where}, collective {mine}"
     if mismatch:
         # Each rank's own account of what it issued.
-        peers = _peers(info, seq, mine, "issued")
+        peers = _peers(info, seq, mine, "issued", getattr(err, "neuron_accounts", None))
         exc = CollectiveMismatchError(f"{head}: Detected mismatch between collectives on ranks: {peers}")
     else:
         peers = _peers(info, seq, mine, "is waiting in")
@@ -233,9 +264,10 @@ def _diagnose(pg, op: str, args, err: BaseException) -> BaseException | None:
     return exc
 
 
-def _peers(info: dict, seq, mine: str, verb: str) -> str:
+def _peers(info: dict, seq, mine: str, verb: str, reports: dict | None = None) -> str:
     issued = verb == "issued"  # a mismatch: every rank joined the check's exchange
-    reports = _peer_reports(info, seq, mine, _MISMATCH_GRACE_S if issued else _GRACE_S)
+    if reports is None:
+        reports = _peer_reports(info, seq, mine, _MISMATCH_GRACE_S if issued else _GRACE_S)
     ranks = info["ranks"]
     absent = sorted(ranks[r] for r, v in reports.items() if v is None)
     elsewhere = [f"rank {ranks[r]} {verb} {v}" for r, v in sorted(reports.items()) if v and (v != mine or issued)]
