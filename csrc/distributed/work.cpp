@@ -4,6 +4,8 @@
 
 #include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
 
+#include <chrono>
+#include <thread>
 #include <unordered_map>
 
 namespace neuron {
@@ -44,6 +46,7 @@ class NeuronWork : public c10d::Work {
   bool isCompleted() override {
     if (!inner_->isCompleted()) return false;
     if (inner_->isSuccess()) post_->run();
+    settle();
     return true;
   }
   bool isSuccess() const override { return inner_->isSuccess(); }
@@ -57,10 +60,12 @@ class NeuronWork : public c10d::Work {
   void synchronize() override {
     inner_->synchronize();
     post_->run();
+    settle();
   }
   bool wait(std::chrono::milliseconds timeout) override {
     const bool ok = inner_->wait(timeout);
     if (ok) post_->run();
+    settle();
     return ok;
   }
   void blockCurrentStream() override { wait(kNoTimeout); }
@@ -87,6 +92,17 @@ class NeuronWork : public c10d::Work {
   }
 
  private:
+  // gloo's worker thread holds its work, and through it the CPU views that own the
+  // tensors' memory, for a moment after marking it complete. Waiting for it to let go
+  // frees the memory when the caller drops the tensors, as a device allocator that
+  // orders frees by stream does, and not whenever that thread next runs: the peak
+  // memory a run reports must not depend on thread scheduling. Bounded, so a holder
+  // this does not know of costs a delay, never a hang.
+  void settle() const {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    while (inner_.use_count() > 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  }
+
   c10::intrusive_ptr<c10d::Work> inner_;
   std::shared_ptr<ViewMap> map_;
   std::shared_ptr<PostProcess> post_;

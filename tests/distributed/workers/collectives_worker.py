@@ -132,6 +132,17 @@ def main():
     v = fut.wait()
     check(v[0].device.type == "neuron" and v[0].data_ptr() == x.data_ptr(), "future value is the neuron tensor")
     eq(v[0], torch.full((4,), float((ranks + 1).mean())), "future value AVG applied once")
+    # Memory a collective wrote is free as soon as the caller drops it after wait(), not
+    # whenever gloo's worker thread lets go of its work: peaks must not depend on timing.
+    late = 0
+    for _ in range(300):
+        out = torch.empty(world * 256, device=dev)
+        before = torch.neuron.memory_allocated()
+        w = dist.all_gather_into_tensor(out, torch.ones(256, device=dev), async_op=True)
+        w.wait()
+        del w, out
+        late += torch.neuron.memory_allocated() != before - world * 256 * 4
+    check(late == 0, f"{late} of 300 all_gather outputs were freed after the caller dropped them")
 
     # ---- all_gather (list / into tensor / coalesced)
     for dtype in ALL + [torch.bool]:
