@@ -139,20 +139,6 @@ def _moe_routing_is_data(real: Run, dry: Run):
     assert all(_collectives(r) for r in real.recordings)
 
 
-def _one_buffer_of_timing(nbytes: int):
-    """A real run's peak on a rank includes one more buffer of `nbytes` or not, from run to run of
-    the same script (measured: which rank has it changes between two runs), as the ranks' timing
-    decides whether it is still held when the peak is reached. A dry run has no timing: its peak is
-    the lower one on every rank."""
-
-    def check(real: Run, dry: Run):
-        pr, pd = _peaks(real), _peaks(dry)
-        assert pr.keys() == pd.keys()
-        assert {pr[k] - pd[k] for k in pr} <= {0, nbytes}, (pr, pd)
-
-    return check
-
-
 def _graph_passes_rewrite_the_fused_kernel(real: Run, dry: Run):
     """A real run costs a compiled graph from the ATen graph Inductor compiles, after its graph
     passes; a dry run generates no code and costs the graph before them (a clone of the rotary
@@ -185,7 +171,6 @@ CASES = {
     "tp-sp-dtensor": Case(
         _torchrun(DIFF / "tensor_parallel.py"),
         ranks=2,
-        differs={"peak_memory": _one_buffer_of_timing(4 * 32 * 64 * 4)},  # a [4, 32, 64] float32 activation
     ),
     "pipeline-gpipe": Case(
         _torchrun(EXAMPLES / "pipeline.py", "--layers", "2", "--steps", "2", "--batch-size", "8"),
