@@ -171,7 +171,10 @@ def test_time_shares_sum_to_one_in_data_json_and_tables(tmp_path):
         terms = est["terms"]
         assert est["shares"]["fixed"] == pytest.approx(terms["fixed"] / sum(terms.values()))
     md = (tmp_path / "report.md").read_text()
-    assert "| instance | chip | LNC | time | MFU | compute | memory | fixed | collectives | dominated by |" in md
+    header = (
+        "| instance | chip | LNC | time | MFU | compute | memory | fixed | collectives | collectives under compute |"
+    )
+    assert header in md
     html = (tmp_path / "report.html").read_text()
     assert "<th>MFU</th>" in html and "<th>collectives</th>" in html
 
@@ -192,3 +195,56 @@ def test_linear_and_attention_under_inference_mode_count_their_matmuls():
         flops[ctx.__name__] = r.report.data["estimates"][0]["tensor_flops"]
     expected = 2 * 512 * 1024 * 1024 + 2 * (2 * 4 * 256 * 256 * 64)  # x @ W^T; Q K^T and P V
     assert flops["inference_mode"] == flops["no_grad"] == {"float32": expected}
+
+
+# -- communication overlap -------------------------------------------------------------
+def _bucket_with(collective_bytes: int, asynchronous: bool):
+    from torch_neuronx.readiness._record import Bucket, CollectiveCall, OpCall, Recording
+
+    b = Bucket()
+    b.ops[OpCall("aten::mm", "bfloat16", "tensor", 2 * 4096**3, 3 * 2 * 4096**2, 3)] = 1
+    if collective_bytes:
+        b.collectives[CollectiveCall("allreduce", "bfloat16", collective_bytes, 64, asynchronous)] = 1
+    return Recording(rank=0, buckets=[b]), b
+
+
+def test_asynchronous_collectives_run_under_compute_and_only_their_excess_adds():
+    from torch_neuronx.readiness import TimeModel
+
+    model = TimeModel("trn2", 2, "trn2.48xlarge")
+    rec, b = _bucket_with(0, False)
+    compute = model.bucket(rec, b)["seconds"]
+    for nbytes in (1 << 20, 1 << 30):  # one shorter than the matmul, one longer
+        comm = model.collective_seconds("allreduce", nbytes, 64)
+        rec, b = _bucket_with(nbytes, False)
+        assert model.bucket(rec, b)["seconds"] == pytest.approx(compute + comm)  # waited for: adds whole
+        rec, b = _bucket_with(nbytes, True)
+        est = model.bucket(rec, b)
+        assert est["seconds"] == pytest.approx(max(compute, comm))
+        assert est["hidden_seconds"] == pytest.approx(min(compute, comm))
+    assert (
+        model.collective_seconds("allreduce", 1 << 20, 64)
+        < compute
+        < model.collective_seconds("allreduce", 1 << 30, 64)
+    )
+
+
+def test_the_recording_says_which_collectives_were_issued_asynchronously():
+    import datetime
+
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "neuron", rank=0, world_size=1, store=dist.HashStore(), timeout=datetime.timedelta(seconds=30)
+    )
+    try:
+        x = torch.ones(16, device="neuron")
+        with torch_neuronx.readiness() as r:
+            dist.all_reduce(x)  # waited for
+            dist.all_reduce(x, async_op=True).wait()
+            with torch.neuron.stream(torch.neuron.Stream()):
+                dist.all_gather_into_tensor(torch.empty(16, device="neuron"), x)  # FSDP2's way
+    finally:
+        dist.destroy_process_group()
+    calls = sorted((c.kind, c.asynchronous) for b in r.recording.buckets for c in b.collectives)
+    assert calls == [("allgather_base", True), ("allreduce", False), ("allreduce", True)], calls

@@ -56,13 +56,22 @@ def test_recordings_of_version_2_load_without_the_tiles():
     with torch_neuronx.readiness() as r:
         torch.ones(4, 8, device="neuron") @ torch.ones(8, 4, device="neuron")
     d = json.loads(r.recording.to_json())
-    assert d["version"] == VERSION == 3
+    assert d["version"] == VERSION == 4
     d["version"] = 2
     for b in d["buckets"]:
         for o in b["ops"]:
             del o["tile_flops"]
     (mm,) = [c for c in Recording.from_json(d).buckets[-1].ops if c.op == "aten::mm"]
     assert mm.tile_flops == 0 and mm.flops == 2 * 4 * 8 * 4
+
+
+def test_recordings_of_version_3_load_with_every_collective_waited_for():
+    """Version 3 had no `asynchronous`: its collectives load as waited for where issued, as the
+    time model charged every collective then."""
+    rec = Recording.from_json((DATA / "llama405b_tp64_raw.json").read_text())
+    assert json.loads((DATA / "llama405b_tp64_raw.json").read_text())["version"] == 3
+    colls = [c for b in rec.generation.forwards for c in b.collectives]
+    assert colls and not any(c.asynchronous for c in colls)
 
 
 def test_regions_count_what_runs_inside_them_besides_the_step():

@@ -52,6 +52,14 @@ ASSUMPTIONS = (
     "backward time on every stage plus (M - 1) times the slowest stage's (with equal stages, "
     "M + P - 1 micro-batch slots: the P - 1 slots are the pipeline bubble).",
     "Ops on host (CPU) tensors are not timed. Engines do not overlap one op with the next.",
+    "overlap: collectives run on the chip's collective-communication cores, apart from the compute "
+    "engines (AWS's page on compute-communication overlap). One the script waits for where it is "
+    "issued (async_op=False on the default stream, and functional collectives, as DTensor's tensor "
+    "and sequence parallelism issue them) adds its whole time; asynchronous ones (async_op=True, as "
+    "DDP's gradient buckets, or issued on another stream, as FSDP2's all-gathers and "
+    "reduce-scatters) run while the step's compute does, and only what exceeds that compute adds. "
+    "Contention between collectives and compute for the DMA engines, which AWS describes without a "
+    "figure, is not modelled: with asynchronous collectives the estimate is a lower bound.",
     "generation (no optimizer step): each top-level forward (or call of a callable torch.compile "
     "made during the recording, its graphs timed whole) and the ops up to the next one are "
     "timed as above; a prefill is a forward without the previous one's KV cache, a decode step "
@@ -287,15 +295,30 @@ def _graph_seconds(parts: dict, fig: dict, prec: str) -> dict:
     return {g: sum(call_time(fig, p, prec)[0] for p in ps) for g, ps in parts.items()}
 
 
+def _bucket_time(b, fig: dict, prec: str, graph_seconds: dict) -> tuple:
+    """(estimated seconds, seconds of asynchronous collectives hidden under compute) of a Bucket.
+
+    Collectives run on the chip's collective-communication cores, apart from the compute engines
+    (AWS's page on compute-communication overlap): one the script waits for where it is issued
+    (tensor and sequence parallelism's) adds its time; asynchronous ones (data parallelism's
+    buckets, FSDP's all-gathers and reduce-scatters) run while the bucket's compute does, and
+    only what exceeds that compute adds."""
+    compute = sum(call_time(fig, c, prec)[0] * n for c, n in b.ops.items())
+    compute += sum(graph_seconds[g] * n for g, n in b.graphs.items())
+    waited = overlappable = 0.0
+    for c, n in b.collectives.items():
+        t = collective_time(fig, c.kind, c.bytes, c.group_size)[0] * n
+        if c.asynchronous:
+            overlappable += t
+        else:
+            waited += t
+    hidden = min(overlappable, compute)
+    return compute + waited + overlappable - hidden, hidden
+
+
 def _bucket_seconds(buckets: list, fig: dict, prec: str, graph_seconds: dict) -> list:
     """Estimated seconds of each Bucket."""
-    seconds = []
-    for b in buckets:
-        t = sum(call_time(fig, c, prec)[0] * n for c, n in b.ops.items())
-        t += sum(collective_time(fig, c.kind, c.bytes, c.group_size)[0] * n for c, n in b.collectives.items())
-        t += sum(graph_seconds[g] * n for g, n in b.graphs.items())
-        seconds.append(t)
-    return seconds
+    return [_bucket_time(b, fig, prec, graph_seconds)[0] for b in buckets]
 
 
 def _median_bucket(seconds: list) -> tuple:
@@ -308,8 +331,11 @@ def _summary(scope: list, parts: dict, fig: dict, prec: str, top: int | None = N
     """Terms, their shares, the dominant one, Tensor Engine FLOPs and the costliest ops of `scope`."""
     terms, by_op, tensor_flops = _breakdown(scope, parts, fig, prec)
     total = sum(terms.values()) or 1.0
+    graph_seconds = _graph_seconds(parts, fig, prec)
     return {
         "terms": terms,
+        # of the collective terms: asynchronous collectives' time that runs under compute
+        "hidden_seconds": sum(_bucket_time(b, fig, prec, graph_seconds)[1] for b in scope),
         "term_shares": {k: v / total for k, v in terms.items()},
         "dominant": max(terms, key=terms.get),
         "tensor_flops": tensor_flops,
@@ -423,8 +449,10 @@ class TimeModel:
     def bucket(self, recording, bucket) -> dict:
         """Estimated ``seconds``, ``terms`` and matmul-like ``tensor_flops`` (by dtype) of one bucket
         of `recording` (a step, or a region: ``recording.region(name)``)."""
-        terms, _, flops = _breakdown([bucket], recording.graph_parts, self.figures, self.fp32_precision)
-        return {"seconds": sum(terms.values()), "terms": terms, "tensor_flops": flops}
+        parts, fig, prec = recording.graph_parts, self.figures, self.fp32_precision
+        terms, _, flops = _breakdown([bucket], parts, fig, prec)
+        seconds, hidden = _bucket_time(bucket, fig, prec, _graph_seconds(parts, fig, prec))
+        return {"seconds": seconds, "hidden_seconds": hidden, "terms": terms, "tensor_flops": flops}
 
     def estimate(self, recordings: list) -> dict:
         """The estimate a report shows for these ranks' recordings (step time, terms, MFU, phases)."""

@@ -15,7 +15,9 @@ import json
 from typing import NamedTuple
 
 # 3: OpCall and GraphPart gained tile_flops (a version-2 recording loads with 0: not known)
-VERSION = 3
+# 4: CollectiveCall gained asynchronous (an older recording loads with False: every collective
+#    waited for where it was issued, as the time model charged them before)
+VERSION = 4
 
 
 class OpCall(NamedTuple):
@@ -37,6 +39,10 @@ class CollectiveCall(NamedTuple):
     dtype: str
     bytes: int
     group_size: int
+    # issued with async_op=True (DDP's gradient buckets, FSDP's all-gathers and reduce-scatters,
+    # a script's own): the step may run compute while it is in flight. Functional collectives
+    # (DTensor's) and async_op=False ones are waited for by the next op that reads them.
+    asynchronous: bool = False
 
 
 class GraphPart(NamedTuple):
@@ -228,7 +234,7 @@ class Recording:
         version = d.get("version", 1)
         if version == 1:
             return _from_v1(d)
-        if version not in (2, VERSION):
+        if version not in (2, 3, VERSION):
             raise ValueError(
                 f"recording version {version} is newer than this torch-neuronx reads ({VERSION}); "
                 "upgrade torch-neuronx to read it"

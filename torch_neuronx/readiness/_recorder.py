@@ -178,7 +178,7 @@ class Recorder:
             return  # a host op runs on the host CPU on Trainium too
         if kind == "collective":
             if collective:
-                self.spans.count_collective(collective_key(func, args, kwargs, out, dname))
+                self.spans.count_collective(collective_key(func, args, kwargs, out, dname, core))
         elif self.graphs.in_graph():
             self.fallbacks.check(func, name, ins, outs, early_fallback)
         elif kind == "view":

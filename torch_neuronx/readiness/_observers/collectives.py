@@ -14,7 +14,7 @@ def group_size(func, args) -> int:
         return 1
 
 
-def collective_key(func, args, kwargs, out, dname: str) -> tuple:
+def collective_key(func, args, kwargs, out, dname: str, core: int) -> tuple:
     """The CollectiveCall key of one c10d op call (as a plain tuple: the recorder's hot path)."""
     from torch.distributed._tools.fake_collectives import CollectiveOp
 
@@ -22,7 +22,29 @@ def collective_key(func, args, kwargs, out, dname: str) -> tuple:
         nbytes = int(CollectiveOp.get_comm_tensor_size(func, out, args, kwargs))
     except Exception:
         nbytes = sum(t.nbytes for t in tensors(args, []))
-    return (collective_name(func.name()), dname, nbytes, group_size(func, args))
+    asynchronous = _on_side_stream(core) or _async_op(func, args, kwargs)
+    return (collective_name(func.name()), dname, nbytes, group_size(func, args), asynchronous)
+
+
+def _on_side_stream(core: int) -> bool:
+    """Issued on a stream other than the core's default one (FSDP2 issues its all-gathers and
+    reduce-scatters on their own streams, with async_op=False): compute on the default stream
+    does not wait for it until an event says so."""
+    import torch
+
+    return torch.neuron.current_stream(core) != torch.neuron.default_stream(core)
+
+
+def _async_op(func, args, kwargs) -> bool:
+    """Whether a c10d op was issued with ``async_op=True`` (functional collectives: False)."""
+    if not func.name().startswith("c10d::"):
+        return False
+    for i, a in enumerate(func._schema.arguments):
+        if a.name == "async_op":
+            if a.name in kwargs:
+                return bool(kwargs[a.name])
+            return bool(args[i]) if i < len(args) else bool(a.default_value)
+    return False
 
 
 def collective_name(name: str) -> str:

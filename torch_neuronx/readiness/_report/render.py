@@ -278,10 +278,11 @@ def _estimates(d) -> list:
     for e in d["estimates"]:
         where = [e["instance"] + (" (target)" if e["target"] else ""), e["chip"], e["lnc"]]
         if e["missing"]:
-            rows.append(where + [e["missing"]] + ["-"] * 6)
+            rows.append(where + [e["missing"]] + ["-"] * 7)
             continue
         shares = [f"{e['shares'][k]:.0%}" for k in _SHARES]
-        rows.append(where + [fmt_s(e["step_seconds"]), _fmt_mfu(e)] + shares + [e["dominant"]])
+        hidden = fmt_s(e["hidden_seconds"]) if e.get("hidden_seconds") else "-"
+        rows.append(where + [fmt_s(e["step_seconds"]), _fmt_mfu(e)] + shares + [hidden, e["dominant"]])
     ests = [e for e in d["estimates"] if not e["missing"]]
     scope = "whole run (no optimizer step seen)" if ests and not ests[0]["per_step"] else "median optimizer step"
     out = [
@@ -290,13 +291,15 @@ def _estimates(d) -> list:
             f"Per {scope}, slowest rank{' of the ranks run' if d['ranks_not_run'] else ''}; the target "
             "instance first. MFU: the step's matmul-like FLOPs over "
             f"all{' run' if d['ranks_not_run'] else ''} ranks' Tensor Engine dense peak for their main dtype "
-            "in that time. The shares split the step's time between the model's terms."
+            "in that time. The shares split the step's work between the model's terms; collectives "
+            "under compute: the part of the asynchronous collectives' time that runs while the compute "
+            "engines work, and so is not in the step's time."
             + "".join(
                 f" Known error of {_known_error.band(k)}"
                 + (f": {_known_error.rows_text(k)}." if k != "whole run" else ".")
                 for k in (_kinds(ests) if ests else [])
             ),
-            ["instance", "chip", "LNC", "time", "MFU"] + list(_SHARES) + ["dominated by"],
+            ["instance", "chip", "LNC", "time", "MFU"] + list(_SHARES) + ["collectives under compute", "dominated by"],
             rows,
         )
     ]
@@ -378,7 +381,9 @@ def est_line(e) -> str:
     unit = "per step" if e["per_step"] else "whole run"
     shares = ", ".join(f"{k} {v:.0%}" for k, v in sorted(e["shares"].items(), key=lambda kv: -kv[1]))
     mfu = "MFU -" if e["mfu"] is None else f"MFU {e['mfu']:.1%}"
-    return f"{fmt_s(e['step_seconds'])} {unit}, {mfu}; {shares}"
+    hidden = e.get("hidden_seconds") or 0.0
+    overlap = f"; {fmt_s(hidden)} of asynchronous collectives run under compute" if hidden else ""
+    return f"{fmt_s(e['step_seconds'])} {unit}, {mfu}; {shares}{overlap}"
 
 
 _PHASE_LABELS = {"prefill": "prefill (time to first token)", "decode": "decode step (time per output token)"}
