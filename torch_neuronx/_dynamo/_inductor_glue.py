@@ -573,8 +573,12 @@ def post_grad_graph(gm, example_inputs, *, is_inference: bool) -> None:
     from torch._dynamo.utils import preserve_rng_state
     from torch._inductor.compile_fx import _recursive_post_grad_passes, fake_tensor_prop, view_to_reshape
     from torch._inductor.virtualized import V
+    from torch.utils._python_dispatch import _disable_current_modes
 
-    with preserve_rng_state():
+    # The passes run ops on the compile's own fake tensors. A backward is compiled at the first
+    # backward(), inside the modes of the caller (a dry run's fake mode), which would take those
+    # ops for the script's own and their results, kept in the graph, for live device memory.
+    with preserve_rng_state(), _disable_current_modes():
         view_to_reshape(gm)
         with torch.no_grad():
             fake_mode = fake_tensor_prop(gm, example_inputs)
