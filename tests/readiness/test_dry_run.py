@@ -598,3 +598,38 @@ def test_dtensor_ops_are_recorded_on_their_local_shards():
     assert [(k.dtype, k.flops, n) for k, n in mms] == [("bfloat16", 2 * 64 * 128 * 128, 1)]
     (est,) = [e for e in r.report.data["estimates"] if e["target"]]
     assert est["tensor_flops"]["bfloat16"] == 2 * 64 * 128 * 128
+
+
+@pytest.mark.slow  # two Inductor compiles of a small graph: ~15 s
+def test_a_compiled_graph_costs_the_same_in_a_dry_run_and_a_real_one(tmp_path, monkeypatch):
+    # A static KV cache's update and attention: Inductor's graph passes rewrite the graph before
+    # lowering it (the real run's parts), and a dry run must cost the graph they leave. A real run
+    # whose graph Inductor's cache already holds skips those passes, and must cost it alike.
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path))
+    p = _run_apart(
+        """
+        import torch
+        import torch_neuronx
+
+        def attend(cache, pos, k, q):
+            cache.index_copy_(2, pos, k)
+            return torch.softmax((q @ cache.transpose(-1, -2)).float() * 0.5, -1)
+
+        def run(dry):
+            torch._dynamo.reset()
+            args = (torch.zeros(2, 2, 16, 8), torch.tensor([3]), torch.randn(2, 2, 1, 8), torch.randn(2, 2, 1, 8))
+            with torch_neuronx.readiness(dry_run=dry) as r:
+                torch.compile(attend, backend="neuron")(*(a.to("neuron") for a in args))
+            (graph,) = r.report.data["compile"]["graphs"]
+            (parts,) = r.recording.graph_parts.values()
+            print(graph["cache"], [tuple(p) for p in parts])
+
+        run(False)
+        run(True)
+        run(False)
+        """
+    )
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    lines = p.stdout.splitlines()[-3:]
+    assert [line.split(" [")[0] for line in lines] == ["miss", "dry run", "hit"], lines
+    assert len({line.split(" [", 1)[1] for line in lines}) == 1, lines

@@ -24,6 +24,7 @@ _lock = threading.RLock()
 _installed = False
 _installing = False
 _compile_fx_override = None  # (gm, example_inputs) -> compiled, used instead of Inductor when set
+_inductor_compile_fx = None  # Inductor's own compile_fx, which the override does not replace
 
 
 class UnsupportedTorchVersionError(RuntimeError):
@@ -183,9 +184,10 @@ def override_compile_fx(fn) -> None:
 
 
 def _patch_compile_fx() -> None:
+    global _inductor_compile_fx
     from torch._inductor import compile_fx as module
 
-    orig = module.compile_fx
+    orig = _inductor_compile_fx = module.compile_fx
 
     def compile_fx(model_, example_inputs_, *args, **kwargs):
         override = _compile_fx_override
@@ -560,33 +562,52 @@ def placeholder_examples(gm) -> list:
     return out
 
 
-def compile_graph(
-    gm, example_inputs, *, cache_dir: str, use_cache: bool, on_inner_compile=None, aot_cache: bool = True
-):
+# Inductor settings of every compile for neuron (the C++ code's Python wrapper; no remote caches)
+_COMPILE_PATCHES = {"fx_graph_remote_cache": False, "autotune_remote_cache": False, "cpp_wrapper": False}
+
+
+def post_grad_graph(gm, example_inputs, *, is_inference: bool) -> None:
+    """Apply to `gm` (in place) what Inductor applies to an AOTAutograd graph before lowering it
+    (``codegen_and_compile``): views as reshapes, fake tensor propagation, the post-grad passes.
+    The result is the ATen graph a compiled graph is costed from."""
+    from torch._dynamo.utils import preserve_rng_state
+    from torch._inductor.compile_fx import _recursive_post_grad_passes, fake_tensor_prop, view_to_reshape
+    from torch._inductor.virtualized import V
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    # The passes run ops on the compile's own fake tensors. A backward is compiled at the first
+    # backward(), inside the modes of the caller (a dry run's fake mode), which would take those
+    # ops for the script's own and their results, kept in the graph, for live device memory.
+    with preserve_rng_state(), _disable_current_modes():
+        view_to_reshape(gm)
+        with torch.no_grad():
+            fake_mode = fake_tensor_prop(gm, example_inputs)
+        with V.set_fake_mode(fake_mode):
+            _recursive_post_grad_passes(gm, is_inference=is_inference)
+
+
+def compile_graph(gm, example_inputs, *, cache_dir: str, use_cache: bool, on_inner_compile=None, costed: bool = False):
     """Compile an FX graph with Inductor (through AOTAutograd) for device neuron.
 
     ``cache_dir`` becomes Inductor's cache dir for every compile of this graph,
     including the backward graph, which AOTAutograd compiles lazily at the first
     backward; ``on_inner_compile(gm, compiled, is_backward, seconds)`` sees each graph.
-    ``aot_cache=False`` skips AOTAutograd's cache (a hit there returns compiled code
-    without calling Inductor, so ``on_inner_compile`` would not see the graph);
-    Inductor's own cache still spares the C++ compile.
+    ``costed=True`` (a readiness report costs each graph from its ATen graph) hands
+    ``on_inner_compile`` the graph Inductor lowers, after its post-grad passes, also when
+    Inductor's cache hit (a hit skips the passes); and skips AOTAutograd's cache (a hit there
+    returns compiled code without calling Inductor, so ``on_inner_compile`` would not see
+    the graph). Inductor's own cache still spares the C++ compile.
     """
     from torch._functorch import config as functorch_config
     from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
     install()
-    patches = {
-        "fx_graph_cache": use_cache,
-        "fx_graph_remote_cache": False,
-        "autotune_remote_cache": False,
-        "cpp_wrapper": False,
-    }
+    patches = {**_COMPILE_PATCHES, "fx_graph_cache": use_cache}
     if _vector_isas_verified(cache_dir):
         patches["cpp.vec_isa_ok"] = True
 
-    aot = use_cache and aot_cache
+    aot = use_cache and not costed
     # AOTAutograd writes its cache entry once the backward is compiled. Compiled lazily (at the
     # first backward, outside this scope) the entry would land in Inductor's default directory,
     # not in cache_dir where the next process looks, so every process would miss: compile the
@@ -602,8 +623,11 @@ def compile_graph(
         import time
 
         t0 = time.perf_counter()
+        hits = dynamo_counters()["inductor"]["fxgraph_cache_hit"]
         with _cache_scope(cache_dir), inductor_config.patch(patches), functorch_config.patch(functorch_patches):
             compiled = compile_fx_inner(gm_, example_inputs_, **kwargs)
+            if costed and dynamo_counters()["inductor"]["fxgraph_cache_hit"] > hits:
+                post_grad_graph(gm_, example_inputs_, is_inference=bool(kwargs.get("is_inference", False)))
         if on_inner_compile is not None:
             on_inner_compile(gm_, compiled, bool(kwargs.get("is_backward", False)), time.perf_counter() - t0)
         return compiled
@@ -613,22 +637,24 @@ def compile_graph(
 
 
 def partition_without_codegen(gm, example_inputs, graph_name: str = "graph"):
-    """What compile_graph does up to code generation: AOTAutograd with Inductor's
-    decompositions and partitioner (so the same activations are saved for the backward),
-    then the forward and backward graphs run op by op. For the dry run, which has no data
-    for generated code to run on. Each run of these graphs is announced to the profiler
-    layer's graph listener as one compiled graph with its ATen graph, as a generated
-    module's run is, so that a recording costs it whole (with its fusion) in a dry run too."""
-    from torch._dynamo.backends.common import aot_autograd
+    """What compile_graph does up to code generation: Inductor's ``compile_fx`` (its pre-grad,
+    joint-graph and post-grad passes, AOTAutograd with its decompositions and partitioner, so
+    the same activations are saved for the backward), with the forward and backward graphs
+    Inductor would lower then run op by op. For the dry run, which has no data for generated
+    code to run on. Each run of these graphs is announced to the profiler layer's graph
+    listener as one compiled graph with its ATen graph, as a generated module's run is, so
+    that a recording costs it whole (with its fusion) in a dry run too, from the same graph."""
+    from torch._functorch import config as functorch_config
     from torch._functorch.aot_autograd import make_boxed_func
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
-    from torch._inductor.compile_fx import select_decomp_table
+    from torch._inductor import config as inductor_config
 
     from ..profiler import _graphs
 
     install()
 
-    def run_ops(g, _inputs, kind):
+    def inner_compile(g, inputs, **kwargs):
+        kind = "backward" if kwargs.get("is_backward") else "forward"
+        post_grad_graph(g, inputs, is_inference=bool(kwargs.get("is_inference", False)))
         # Its own key stands for a generated module's file, under which a listener knows the graph.
         key = f"<graph without codegen: {graph_name} {kind} {id(g)}>"
         _graphs.register_graph(key, f"{graph_name} {kind}", g)
@@ -639,17 +665,9 @@ def partition_without_codegen(gm, example_inputs, graph_name: str = "graph"):
 
         return make_boxed_func(run)
 
-    partition = functools.partial(min_cut_rematerialization_partition, compiler="inductor")
-    backend = aot_autograd(
-        fw_compiler=functools.partial(run_ops, kind="forward"),
-        bw_compiler=functools.partial(run_ops, kind="backward"),
-        decompositions=select_decomp_table(),
-        partition_fn=partition,
-        # as Inductor's compile_fx: an inference graph's writes to its inputs (a static KV
-        # cache's update) stay in the graph, not in copies after it
-        keep_inference_input_mutations=True,
-    )
-    return backend(gm, example_inputs)
+    patches = {**_COMPILE_PATCHES, "fx_graph_cache": False}
+    with inductor_config.patch(patches), functorch_config.patch(enable_autograd_cache=False):
+        return _inductor_compile_fx(gm, example_inputs, inner_compile=inner_compile)
 
 
 _isa_verdicts: dict = {}  # cache_dir -> bool, for this process

@@ -307,9 +307,8 @@ def _compile_with_inductor(gm, example_inputs: list, opts: _Options, graph_name:
             cache_dir=cache.cache_dir(),
             use_cache=use_cache,
             on_inner_compile=on_inner_compile,
-            # a readiness report costs each graph from its ATen graph, which a hit in
-            # AOTAutograd's cache does not hand back
-            aot_cache=not _profiler_graphs.listening(),
+            # a readiness report costs each graph from the ATen graph Inductor lowers
+            costed=_profiler_graphs.listening(),
         )
     except Exception as e:
         if glue.is_dynamo_control_exception(e) or isinstance(e, NeuronCompileError):
