@@ -329,8 +329,8 @@ class DataSetterTap:
     plain tensor: it would then be on "meta". Here the object is swapped
     (``torch.utils.swap_tensors``, which Module.to uses for fakes) with a fake alias of the new
     value, keeping what ``.data =`` keeps: identity, parameter-ness, ``requires_grad`` and
-    Python attributes. A tensor with a gradient (which a swap would lose) keeps the plain
-    setter. Installed on ``torch.Tensor`` for the dry run only, and removed after it."""
+    Python attributes. A tensor with a gradient (which a swap would lose), a non-leaf and a
+    wrapper subclass keep the plain setter. Installed on ``torch.Tensor`` for the dry run only, and removed after it."""
 
     def __init__(self, on_alias):
         self._on_alias = on_alias
@@ -340,7 +340,7 @@ class DataSetterTap:
         descr = torch._C.TensorBase.__dict__["data"]
 
         def set_data(t, value):
-            if isinstance(value, FakeTensor) and not isinstance(t, FakeTensor) and t.grad is None:
+            if isinstance(value, FakeTensor) and _plain_leaf_without_grad(t):
                 _become_alias(t, value)
                 self._on_alias(t, value)
             else:
@@ -353,6 +353,10 @@ class DataSetterTap:
         if self._installed:
             del torch.Tensor.data
             self._installed = False
+
+
+def _plain_leaf_without_grad(t: torch.Tensor) -> bool:
+    return not isinstance(t, FakeTensor) and not is_traceable_wrapper_subclass(t) and t.is_leaf and t.grad is None
 
 
 def _become_alias(t: torch.Tensor, value: FakeTensor) -> None:
