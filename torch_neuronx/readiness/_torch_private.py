@@ -330,7 +330,8 @@ class DataSetterTap:
     (``torch.utils.swap_tensors``, which Module.to uses for fakes) with a fake alias of the new
     value, keeping what ``.data =`` keeps: identity, parameter-ness, ``requires_grad`` and
     Python attributes. A tensor with a gradient (which a swap would lose), a non-leaf and a
-    wrapper subclass keep the plain setter. Installed on ``torch.Tensor`` for the dry run only, and removed after it."""
+    wrapper subclass keep the plain setter. Installed on ``torch.Tensor`` for the dry run only,
+    and removed after it."""
 
     def __init__(self, on_alias):
         self._on_alias = on_alias
