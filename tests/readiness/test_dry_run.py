@@ -74,6 +74,38 @@ def test_an_optimizer_made_before_the_model_moves_steps_the_device_parameters():
     assert abs(dry["peak_allocated"] - real["peak_allocated"]) <= 0.01 * real["peak_allocated"]
 
 
+def test_setting_data_moves_a_host_tensor_in_place_as_on_the_device():
+    """FSDP2's fully_shard moves a host-built model with ``param.data = param.to(device)``: each
+    Parameter object stays, on the device, with what it had (an optimizer made before holds it)."""
+
+    def run(dry):
+        torch.neuron.empty_cache()
+        with torch_neuronx.readiness(dry_run=dry) as r:
+            model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.BatchNorm1d(1024))
+            model[0].bias.requires_grad_(False)
+            model[0].weight.tag = "kept"  # a library's attribute on the parameter
+            params = list(model.parameters())
+            opt = torch.optim.AdamW(params, lr=1e-3)
+            for t in (*params, *model.buffers()):
+                t.data = t.to("neuron")
+            assert list(model.parameters()) == params and model[0].weight.tag == "kept"
+            assert all(isinstance(p, torch.nn.Parameter) and p.device.type == "neuron" for p in params)
+            assert [p.requires_grad for p in params] == [True, False, True, True]
+            assert all(b.device.type == "neuron" for b in model.buffers())
+            for _ in range(2):
+                model(torch.randn(64, 256, device="neuron")).pow(2).mean().backward()
+                opt.step()
+                opt.zero_grad()
+            states = len(opt.state)
+            assert int(model[1].num_batches_tracked) == 2  # a moved buffer keeps its known value
+        return r.report.data["memory"][0], states
+
+    (real, real_states), (dry, dry_states) = run(False), run(True)
+    assert dry_states == real_states == 3
+    assert abs(dry["peak_allocated"] - real["peak_allocated"]) <= 0.01 * real["peak_allocated"], (dry, real)
+    assert "data" not in vars(torch.Tensor)  # the dry run's setter is gone after it
+
+
 def test_a_parameter_made_from_known_host_values_moves_with_its_module():
     """A small weight made on the host and moved over has known values; wrapped in a Parameter,
     it must still be swappable when the module moves (diffusers' tensor-parallel loader does this

@@ -121,16 +121,24 @@ def test_accelerate_launch_fsdp2_config_file_real_and_dry_run(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-@pytest.mark.xfail(
-    strict=True,
-    reason="in a dry run, FSDP2's move of a host parameter to the device (tensor.data = ...) leaves it on meta",
-)
-def test_accelerate_launch_fsdp2_dry_run_without_cpu_ram_efficient_loading(tmp_path):
-    """With fsdp_cpu_ram_efficient_loading false, fully_shard itself moves the host-built model to the device."""
+def test_accelerate_launch_fsdp2_without_cpu_ram_efficient_loading_real_and_dry_run(tmp_path):
+    """With fsdp_cpu_ram_efficient_loading false, fully_shard itself moves the host-built model to the
+    device (``param.data = param.to(device)``): the dry run's parameters are on the device too, and
+    the dry run's peak is the real run's within 1%."""
     config = tmp_path / "fsdp2.yaml"
     config.write_text(FSDP2.replace("cpu_ram_efficient_loading: true", "cpu_ram_efficient_loading: false"))
-    dry = _report(tmp_path, "dry", "accelerate", "launch", "--config_file", str(config), str(SCRIPT))
-    assert dry["verdict"] == "runs natively"
+    cmd = ("accelerate", "launch", "--config_file", str(config), str(SCRIPT))
+    real, dry = _report(tmp_path, "real", *cmd), _report(tmp_path, "dry", *cmd)
+    for r in (real, dry):
+        assert r["verdict"] == "runs natively" and r["steps"] == 3, r["verdict"]
+        assert [m["rank"] for m in r["memory_per_rank"]] == [0, 1]
+    assert _collectives(dry) == _collectives(real)
+    assert {(c[0], c[1]) for c in _collectives(dry)} == {
+        ("allgather_base", "bfloat16"),
+        ("reduce_scatter_base", "bfloat16"),
+    }
+    for d, r in zip(dry["memory_per_rank"], real["memory_per_rank"]):
+        assert abs(d["peak_allocated"] - r["peak_allocated"]) <= 0.01 * r["peak_allocated"], (d, r)
 
 
 @pytest.mark.slow

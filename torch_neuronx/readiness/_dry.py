@@ -166,7 +166,7 @@ class DryExecutor:
         self._mode = None
         self._taps = [_tp.StorageResizeTap(self._on_resize), _tp.ForeachTap(), _tp.ShardingCacheTap()]
         self._taps += [_tp.BufferStorageTap(), _tp.ParameterClassTap(), ObjectCollectivesTap(self.known.assumed)]
-        self._taps.append(_tp.SwapTap(self.known._forget))
+        self._taps += [_tp.SwapTap(self.known._forget), _tp.DataSetterTap(self.known.share)]
         self._kept_taps = len(self._taps)  # the thread tap, after them, is made anew at each start
         # Threads the script starts run ops here too (and storages die in any thread).
         self._lock = threading.RLock()

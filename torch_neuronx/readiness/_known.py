@@ -65,6 +65,12 @@ class KnownValues:
         i = id(t)
         self._known[i] = (weakref.ref(t, lambda _r: self._known.pop(i, None)), value)
 
+    def share(self, t, of) -> None:
+        """`t` now has `of`'s storage (``t.data = of``): its values are `of`'s, when known."""
+        v = self.value(of)
+        if v is not None:
+            self._set(t, v)
+
     def _forget(self, t) -> None:
         self._known.pop(id(t), None)
 

@@ -319,6 +319,75 @@ class SwapTap:
             self._orig = None
 
 
+class DataSetterTap:
+    """Lets ``tensor.data = fake`` make a real host tensor the fake one's alias, as it makes a host
+    tensor a device one in a real run; then ``on_alias(tensor, fake)``.
+
+    FSDP2's ``fully_shard`` moves a host-built model's parameters to the device in place
+    (``param.data = param.to(device)``). A small host tensor is real in a dry run, and the
+    setter gives its C++ tensor the fake one's meta storage while its Python object stays a
+    plain tensor: it would then be on "meta". Here the object is swapped
+    (``torch.utils.swap_tensors``, which Module.to uses for fakes) with a fake alias of the new
+    value, keeping what ``.data =`` keeps: identity, parameter-ness, ``requires_grad`` and
+    Python attributes. A tensor with a gradient (which a swap would lose), a non-leaf and a
+    wrapper subclass keep the plain setter. Installed on ``torch.Tensor`` for the dry run only,
+    and removed after it."""
+
+    def __init__(self, on_alias):
+        self._on_alias = on_alias
+        self._installed = False
+
+    def install(self) -> None:
+        descr = torch._C.TensorBase.__dict__["data"]
+
+        def set_data(t, value):
+            if isinstance(value, FakeTensor) and _plain_leaf_without_grad(t):
+                _become_alias(t, value)
+                self._on_alias(t, value)
+            else:
+                descr.__set__(t, value)
+
+        torch.Tensor.data = property(descr.__get__, set_data, doc=descr.__doc__)
+        self._installed = True
+
+    def remove(self) -> None:
+        if self._installed:
+            del torch.Tensor.data
+            self._installed = False
+
+
+def _plain_leaf_without_grad(t: torch.Tensor) -> bool:
+    return not isinstance(t, FakeTensor) and not is_traceable_wrapper_subclass(t) and t.is_leaf and t.grad is None
+
+
+def _become_alias(t: torch.Tensor, value: FakeTensor) -> None:
+    """Swaps real tensor `t` with a fake alias of `value`: `t` keeps its identity and attributes."""
+    with torch.no_grad():
+        alias = value.detach()
+    alias.requires_grad_(t.requires_grad)
+    if isinstance(t, torch.nn.Parameter):
+        alias._is_param = True  # how nn.Parameter marks a parameter of a tensor subclass
+    _drop_fake_mode_refs(t, alias)
+    torch.utils.swap_tensors(t, alias)  # read at call time: the dry run's SwapTap wraps it
+    for k, v in vars(alias).items():  # `alias` now holds `t`'s old attributes
+        vars(t).setdefault(k, v)
+
+
+def _drop_fake_mode_refs(t: torch.Tensor, alias: FakeTensor) -> None:
+    """Drops the fake mode's weak references to real `t` (its converter's memo of the real
+    tensors it converted) and to `alias` (its memo of results; the aliases of a constant it
+    tracks), which swap_tensors refuses: after the swap `t` is neither tensor."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    converter = alias.fake_mode.fake_tensor_converter
+    converter.meta_converter.describer.lookup_tensor.pop(t, None)
+    forget_outputs(alias.fake_mode, (alias,))
+    if alias.constant is not None:  # a one-element host value the fake mode folds: a device one is not
+        refs = converter.constant_storage_mapping.get(StorageWeakRef(alias.constant._typed_storage()), [])
+        refs[:] = [r for r in refs if r() is not alias]
+        alias.constant = None
+
+
 class ShardingCacheTap:
     """Lets DTensor cache its sharding propagation in a dry run, as it does in an eager run.
 
@@ -655,6 +724,11 @@ PATCH_POINTS = (
      "torch.optim.optimizer:_foreach_supported_types"),
     ("foreach utils' _foreach_supported_types", "ForeachTap", "2.13.0",
      "torch.utils._foreach_utils:_foreach_supported_types"),
+    ("Tensor.data's setter replaced on torch.Tensor", "DataSetterTap", "2.13.0", "torch._C:TensorBase.data"),
+    ("the fake converter's weak table of real tensors it converted", "_drop_fake_mode_refs", "2.13.0",
+     "torch._subclasses.meta_utils:MetaTensorDescriber.get_tensor_id"),
+    ("the fake converter's table of a constant's aliases", "_drop_fake_mode_refs", "2.13.0",
+     "torch._subclasses.fake_tensor:FakeTensorConverter.add_constant_storage_mapping"),
     ("DTensor's sharding propagator cache", "ShardingCacheTap", "2.13.0",
      "torch.distributed.tensor._sharding_prop:ShardingPropagator.propagate_op_sharding_non_cached"),
     ("pushing a mode on another thread's dispatch stack", "ThreadTap", "2.13.0",
