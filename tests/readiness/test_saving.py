@@ -1,0 +1,66 @@
+"""Saving in a dry run: where the real run writes safetensors files, the dry run writes the same
+files (names, index, headers byte for byte, sizes) without their data, and the report lists them."""
+
+import json
+import os
+import struct
+
+import pytest
+import torch
+
+import torch_neuronx
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+
+
+def _save(path, dry: bool):
+    """A tiny tied-embedding Llama built on the device, saved in shards; the report's data."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, tie_word_embeddings=True,
+    )  # fmt: skip
+    with torch_neuronx.readiness(dry_run=dry) as r:
+        with torch.device("neuron"):
+            model = LlamaForCausalLM(cfg)
+        model.save_pretrained(path, max_shard_size="100KB")  # the line the report names
+    return r.report
+
+
+def _header(path) -> bytes:
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        return f.read(n)
+
+
+def test_a_dry_run_of_save_pretrained_writes_the_real_files_without_data(tmp_path):
+    real, dry = tmp_path / "real", tmp_path / "dry"
+    _save(real, dry=False)
+    report = _save(dry, dry=True)
+    names = sorted(os.listdir(real))
+    assert sorted(os.listdir(dry)) == names
+    shards = [n for n in names if n.endswith(".safetensors")]
+    assert len(shards) > 1 and "model.safetensors.index.json" in names  # sharded, tied lm_head saved once
+    index = json.loads((real / "model.safetensors.index.json").read_text())
+    assert "lm_head.weight" not in index["weight_map"]
+    assert json.loads((dry / "model.safetensors.index.json").read_text()) == index  # total_size too
+    for n in shards:
+        assert _header(dry / n) == _header(real / n)  # every name, dtype, shape and offset
+        assert os.path.getsize(dry / n) == os.path.getsize(real / n)
+        assert os.stat(dry / n).st_blocks * 512 < os.path.getsize(real / n)  # the data region is a hole
+    saved = report.data["dry_run"]["saved_without_data"]
+    line = next(i for i, t in enumerate(open(__file__).read().splitlines(), 1) if "the line the report names" in t)
+    assert [(f["path"], f["site"]) for f in saved] == [(str(dry / n), f"{__file__}:{line} (_save)") for n in shards]
+    assert sum(f["bytes"] for f in saved) == index["metadata"]["total_size"]
+    assert "Files saved without data" in report.to_markdown() and str(dry / shards[0]) in str(report)
+
+
+def test_safetensors_save_to_bytes_in_a_dry_run_says_why_it_cannot():
+    from safetensors.torch import save
+
+    from torch_neuronx.readiness import ValueUnknownError
+
+    with pytest.raises(ValueUnknownError, match=r"safetensors\.torch\.save at .*test_saving\.py"):
+        with torch_neuronx.readiness(dry_run=True):
+            save({"w": torch.zeros(4, 4, device="neuron")})
