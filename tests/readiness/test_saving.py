@@ -64,3 +64,15 @@ def test_safetensors_save_to_bytes_in_a_dry_run_says_why_it_cannot():
     with pytest.raises(ValueUnknownError, match=r"safetensors\.torch\.save at .*test_saving\.py"):
         with torch_neuronx.readiness(dry_run=True):
             save({"w": torch.zeros(4, 4, device="neuron")})
+
+
+def test_torch_save_of_a_dry_runs_tensors_stops_at_the_line_before_writing(tmp_path):
+    from torch_neuronx.readiness import ValueUnknownError
+
+    path = tmp_path / "sd.pt"
+    with torch_neuronx.readiness(dry_run=True):
+        model = torch.nn.Linear(4, 4).to("neuron")
+        torch.save({"step": 1}, tmp_path / "meta.pt")  # no tensors without data: saved as in a real run
+        with pytest.raises(ValueUnknownError, match=r"torch\.save at .*test_saving\.py:\d+ "):
+            torch.save(model.state_dict(), path)
+    assert not path.exists() and torch.load(tmp_path / "meta.pt") == {"step": 1}

@@ -699,6 +699,7 @@ PATCH_POINTS = (
      "safetensors 0.8.0", "safetensors.torch:serialize_file"),
     ("safetensors.torch.serialize replaced on its module", "_checkpoints._saving.SaveTap",
      "safetensors 0.8.0", "safetensors.torch:serialize"),
+    ("torch.save replaced on its module", "_checkpoints._saving.TorchSaveTap", "2.13.0", "torch:save"),
     ("c10d's object collectives replaced on their modules", "_objects.ObjectCollectivesTap", "2.13.0",
      "torch.distributed.distributed_c10d:scatter_object_list"),
     ("FakeTensor.__new__ replaced on the class", "ParameterClassTap", "2.13.0",

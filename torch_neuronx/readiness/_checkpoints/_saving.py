@@ -92,3 +92,45 @@ class SaveTap:
             "does not have. Save to a file (safetensors.torch.save_file: a dry run writes it without data), or "
             "run without --dry-run."
         )
+
+
+class TorchSaveTap:
+    """Stops ``torch.save`` of a dry run's tensors (a ``state_dict``, an optimizer's state) with
+    ``ValueUnknownError`` at the script's line, before it writes anything: its pickle holds the
+    data, which a dry run does not have (PyTorch's own error there is about pickling the fake
+    tensor mode). Objects without fake tensors are saved as in a real run. Replaces ``torch.save``
+    for the dry run only."""
+
+    def __init__(self):
+        self._orig = None
+
+    def install(self) -> None:
+        import torch
+
+        orig = self._orig = torch.save
+
+        def save(obj, f, *args, **kwargs):
+            if _holds_fakes(obj):
+                raise ValueUnknownError(
+                    f"dry run: torch.save at {_script_site()} of tensors without data: a dry run does not have "
+                    "the values it would pickle. Save with safetensors (save_file, or save_pretrained: a dry run "
+                    "writes the files without data), skip this save in a dry run, or run without --dry-run."
+                )
+            return orig(obj, f, *args, **kwargs)
+
+        torch.save = save
+
+    def remove(self) -> None:
+        if self._orig is not None:
+            import torch
+
+            torch.save = self._orig
+            self._orig = None
+
+
+def _holds_fakes(obj) -> bool:
+    """A fake tensor among ``obj``'s leaves (dicts, lists, tuples: a state_dict, an optimizer's state)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.utils._pytree import tree_leaves
+
+    return any(isinstance(t, FakeTensor) for t in tree_leaves(obj))
