@@ -76,3 +76,33 @@ def test_torch_save_of_a_dry_runs_tensors_stops_at_the_line_before_writing(tmp_p
         with pytest.raises(ValueUnknownError, match=r"torch\.save at .*test_saving\.py:\d+ "):
             torch.save(model.state_dict(), path)
     assert not path.exists() and torch.load(tmp_path / "meta.pt") == {"step": 1}
+
+
+def _lora():
+    import peft
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+    return peft.get_peft_model(LlamaForCausalLM(cfg), peft.LoraConfig(r=4, target_modules="all-linear"))
+
+
+def _vae():
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL(block_out_channels=(32,), latent_channels=4, norm_num_groups=32)
+
+
+@pytest.mark.parametrize("build", [_lora, _vae], ids=["peft-adapter", "diffusers-model"])
+def test_peft_and_diffusers_save_pretrained_in_a_dry_run(tmp_path, build):
+    written = {}
+    for dry in (False, True):
+        with torch_neuronx.readiness(dry_run=dry) as r:
+            with torch.device("neuron"):
+                model = build()
+            model.save_pretrained(tmp_path / str(dry))
+        written[dry] = {n: _header(tmp_path / str(dry) / n) for n in os.listdir(tmp_path / str(dry))
+                        if n.endswith(".safetensors")}  # fmt: skip
+    assert len(written[True]) == 1 and written[True] == written[False]
+    assert [f["path"] for f in r.report.data["dry_run"]["saved_without_data"]] == [
+        str(tmp_path / "True" / n) for n in written[True]
+    ]
