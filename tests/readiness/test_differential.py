@@ -12,6 +12,7 @@ import collections
 import dataclasses
 import json
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,19 @@ class Run:
     output: str
     report: dict
     recordings: list  # Recording, by rank
+    saved: dict = dataclasses.field(default_factory=dict)  # what the script saved (`_saved`)
+
+
+def _saved(out: Path) -> dict:
+    """The safetensors files and indexes a script wrote under `out`: path -> (size, header or index)."""
+    found = {}
+    for f in sorted(out.rglob("*.safetensors")) if out.is_dir() else ():
+        with open(f, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            found[str(f.relative_to(out))] = (f.stat().st_size, fh.read(n))
+    for f in sorted(out.rglob("*.safetensors.index.json")) if out.is_dir() else ():
+        found[str(f.relative_to(out))] = (None, json.loads(f.read_text()))
+    return found
 
 
 def _check(out: Path, dry: bool, cmd: list) -> Run:
@@ -72,6 +86,8 @@ def _facets(run: Run) -> dict:
             r.rank: sorted((b["reason"], b["site"], b["count"]) for b in r.compile.graph_breaks) for r in recs
         },
         "fallbacks": {r.rank: sorted((f.op, f.dtype, f.reason, f.count) for f in r.fallbacks) for r in recs},
+        # the checkpoint files it saved: a dry run writes the same ones, headers and sizes, without data
+        "saved": run.saved,
     }
 
 
@@ -96,6 +112,7 @@ class Case:
     # field -> (why the dry run cannot agree, an assertion on (real, dry) that says how it differs)
     differs: dict = dataclasses.field(default_factory=dict)
     xfail: str | None = None
+    saves: bool = False  # the script saves a checkpoint under {out}
 
 
 def _torchrun(script, *args) -> list:
@@ -205,10 +222,11 @@ CASES = {
             "--per_device_train_batch_size",
             "2",
             "--save_final",
-            "false",
+            "true",
             "--logging_steps",
             "1",
-        )  # fmt: skip
+        ),  # fmt: skip
+        saves=True,
     ),
     "peft-lora": Case(_python(DIFF / "peft_lora.py")),
     "diffusers-unet-loop": Case(_python(DIFF / "denoise.py")),
@@ -229,11 +247,17 @@ def _param(name: str, case: Case):
 
 @pytest.mark.parametrize("case", [_param(n, c) for n, c in CASES.items()])
 def test_the_dry_run_agrees_with_the_real_run(tmp_path, case):
-    cmd = [a.format(out=tmp_path / "script-out", base=tmp_path / "base") for a in case.cmd]
-    real = _check(tmp_path / "real", False, cmd)  # first: it writes what the dry run may load (a base model)
+    def run(kind: str) -> Run:
+        out = tmp_path / f"script-out-{kind}"  # each run's own: what each saved is compared
+        done = _check(tmp_path / kind, kind == "dry", [a.format(out=out, base=tmp_path / "base") for a in case.cmd])
+        done.saved = _saved(out)
+        return done
+
+    real = run("real")  # first: it writes what the dry run may load (a base model)
     assert real.returncode == 0 and len(real.recordings) == case.ranks, real.output
     assert all(r.error is None for r in real.recordings), real.output
-    dry = _check(tmp_path / "dry", True, cmd)
+    assert bool(real.saved) == case.saves, sorted(real.saved)
+    dry = run("dry")
     assert len(dry.recordings) == case.ranks and all(r.dry_run for r in dry.recordings), dry.output
     diffs = differences(real, dry)
     assert not diffs.keys() - case.differs.keys(), {k: v for k, v in diffs.items() if k not in case.differs}

@@ -31,6 +31,7 @@ from .._dynamo import backend as _compile_backend
 from .._sites import frame_site, user_frame
 from ..distributed import backend as _c10d_backend
 from . import _torch_private as _tp
+from ._checkpoints._saving import SaveTap, TorchSaveTap
 from ._cost import PRIM_DEVICE
 from ._known import KnownValues
 from ._ledger import StorageLedger, StorageRecord
@@ -167,6 +168,8 @@ class DryExecutor:
         self._taps = [_tp.StorageResizeTap(self._on_resize), _tp.ForeachTap(), _tp.ShardingCacheTap()]
         self._taps += [_tp.BufferStorageTap(), _tp.ParameterClassTap(), ObjectCollectivesTap(self.known.assumed)]
         self._taps += [_tp.SwapTap(self.known._forget), _tp.DataSetterTap(self.known.share)]
+        self.saved: list = []  # the files written without data, as the report lists them
+        self._taps += [_tp.StoragePointerTap(), SaveTap(self.saved.append), TorchSaveTap()]
         self._kept_taps = len(self._taps)  # the thread tap, after them, is made anew at each start
         # Threads the script starts run ops here too (and storages die in any thread).
         self._lock = threading.RLock()
@@ -251,6 +254,7 @@ class DryExecutor:
     def contribute(self, recording) -> None:
         recording.dry_run = True
         recording.value_reads = self.values.record() + self.known.record()
+        recording.saved_without_data = list(self.saved)
 
     # -- accounting --------------------------------------------------------------
     def _on_fake_op(self, func, args, kwargs, out) -> None:

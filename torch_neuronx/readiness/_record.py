@@ -208,6 +208,8 @@ class Recording:
     error: str | None = None  # how the run ended, when it raised
     dry_run: bool = False
     value_reads: list = dataclasses.field(default_factory=list)  # ValueRead (dry run)
+    # files a dry run wrote without data: {"path", "tensors", "bytes", "site"}
+    saved_without_data: list = dataclasses.field(default_factory=list)
     extra: dict = dataclasses.field(default_factory=dict)  # a caller's own keys (benchmarks)
 
     def region(self, name: str) -> Bucket:
@@ -324,6 +326,7 @@ def _from_dict(d: dict) -> Recording:
         compile=CompileRecord(**d.get("compile", {})),
         recorder_errors=dict(d.get("recorder_errors", {})),
         value_reads=[ValueRead(**v) for v in d.get("value_reads", [])],
+        saved_without_data=[dict(f) for f in d.get("saved_without_data", [])],
         extra=dict(d.get("extra", {})),
     )
 

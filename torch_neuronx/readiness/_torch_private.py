@@ -490,6 +490,34 @@ class StorageResizeTap:
             self._orig = None
 
 
+class StoragePointerTap:
+    """Gives each storage without memory (a fake tensor's, on "meta") its own pointer in a dry run.
+
+    Such a storage's ``data_ptr()`` is 0, so to the libraries that tell shared tensors apart by
+    their storage's pointer (safetensors, transformers' ``save_pretrained``, huggingface_hub's
+    sharding) every weight of a dry run shares one storage: saving fails, or counts one tensor's
+    bytes for all. Here it is the address of its StorageImpl: distinct storages differ, and views
+    and tied weights share one, as a real storage's pointer does. Installed on the class for the
+    dry run only, and removed after it."""
+
+    def __init__(self):
+        self._installed = False
+
+    def install(self) -> None:
+        orig = torch._C.StorageBase.data_ptr
+
+        def data_ptr(storage):
+            return storage._cdata if storage.device.type == "meta" else orig(storage)
+
+        torch.UntypedStorage.data_ptr = data_ptr
+        self._installed = True
+
+    def remove(self) -> None:
+        if self._installed:
+            del torch.UntypedStorage.data_ptr
+            self._installed = False
+
+
 class BufferStorageTap:
     """Makes ``UntypedStorage.from_buffer`` a real host storage in a dry run.
 
@@ -737,6 +765,15 @@ PATCH_POINTS = (
      "torch:UntypedStorage.resize_"),
     ("UntypedStorage.from_buffer replaced on the class", "BufferStorageTap", "2.13.0",
      "torch._C:StorageBase.from_buffer"),
+    ("UntypedStorage.data_ptr replaced on the class", "StoragePointerTap", "2.13.0",
+     "torch._C:StorageBase.data_ptr"),
+    ("safetensors.torch._flatten_as_ptr replaced on its module", "_checkpoints._saving.SaveTap",
+     "safetensors 0.8.0", "safetensors.torch:_flatten_as_ptr"),
+    ("safetensors.torch.serialize_file replaced on its module", "_checkpoints._saving.SaveTap",
+     "safetensors 0.8.0", "safetensors.torch:serialize_file"),
+    ("safetensors.torch.serialize replaced on its module", "_checkpoints._saving.SaveTap",
+     "safetensors 0.8.0", "safetensors.torch:serialize"),
+    ("torch.save replaced on its module", "_checkpoints._saving.TorchSaveTap", "2.13.0", "torch:save"),
     ("c10d's object collectives replaced on their modules", "_objects.ObjectCollectivesTap", "2.13.0",
      "torch.distributed.distributed_c10d:scatter_object_list"),
     ("FakeTensor.__new__ replaced on the class", "ParameterClassTap", "2.13.0",

@@ -39,15 +39,23 @@ def mirror(path: str, dest: str, skip=()) -> None:
             os.symlink(os.path.abspath(os.path.join(path, name)), os.path.join(dest, name))
 
 
-def write_file(path: str, tensors: dict) -> int:
+# safetensors' dtype order: a file's tensors are laid out by dtype, widest first, then by name
+_ST_ORDER = ("BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "F16", "BF16", "I32", "F32", "F64", "I64")
+_PT = {"format": "pt"}
+
+
+def write_file(path: str, tensors: dict, metadata: dict | None = _PT) -> int:
     """One safetensors file of ``tensors``' names, dtypes and shapes whose data region is a hole
-    (``truncate``: no disk blocks); returns the bytes the data would take."""
-    header, offset = {"__metadata__": {"format": "pt"}}, 0
-    for name, t in tensors.items():
+    (``truncate``: no disk blocks), its header as safetensors' ``save_file`` writes it (tensors in
+    its order, ``metadata`` as given); returns the bytes the data would take."""
+    header, offset = ({"__metadata__": dict(metadata)} if metadata else {}), 0
+    order = sorted(tensors, key=lambda k: (-_ST_ORDER.index(_ST_DTYPE[str(tensors[k].dtype)]), k))
+    for name in order:
+        t = tensors[name]
         n = t.numel() * t.element_size()
         header[name] = {"dtype": _ST_DTYPE[str(t.dtype)], "shape": list(t.shape), "data_offsets": [offset, offset + n]}
         offset += n
-    blob = json.dumps(header).encode()
+    blob = json.dumps(header, separators=(",", ":")).encode()  # byte for byte as safetensors writes it
     blob += b" " * (-len(blob) % 8)  # safetensors aligns the data to 8 bytes
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(blob)) + blob)

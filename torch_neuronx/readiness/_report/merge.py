@@ -124,6 +124,8 @@ def dry_run(raws) -> dict | None:
             {"site": v.site, "kind": v.kind, "placeholder": v.value, "count": v.count} for v in reads if not v.assumed
         ],
         "assumed": [{"site": v.site, "check": v.kind, "value": v.value, "count": v.count} for v in reads if v.assumed],
+        # every rank's own files (a rank that saves nothing lists none), each once
+        "saved_without_data": list({f["path"]: f for r in dry for f in r.saved_without_data}.values()),
     }
 
 

@@ -67,6 +67,13 @@ def _dry_run(d) -> list:
     if absent:
         text += "\n\nWeights absent (the run loaded header-only weights built from the config in their place, where it could):\n\n"
         text += "\n".join(f"- {absent_text(a)}" for a in absent)
+    saved = dr.get("saved_without_data") or []
+    if saved:
+        text += (
+            "\n\nFiles saved without data (safetensors files with every tensor's name, dtype and shape, "
+            "as the real run writes them, and no data: loading one gives zeros):\n\n"
+        )
+        text += "\n".join(f"- {saved_text(f)}" for f in saved)
     out = [("Dry run", text, None, None)]
     rows = [[v["site"], v["kind"], v["placeholder"], v["count"]] for v in dr["value_reads"]]
     rows += [
@@ -85,6 +92,10 @@ def _dry_run(d) -> list:
         )
     )
     return out
+
+
+def saved_text(f: dict) -> str:
+    return f"{f['path']}: {f['tensors']} tensor(s), {fmt_bytes(f['bytes'])} of data not written (saved at {f['site']})"
 
 
 def absent_text(a: dict) -> str:

@@ -1,0 +1,108 @@
+"""Saving in a dry run: where the real run writes safetensors files, the dry run writes the same
+files (names, index, headers byte for byte, sizes) without their data, and the report lists them."""
+
+import json
+import os
+import struct
+
+import pytest
+import torch
+
+import torch_neuronx
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+
+
+def _save(path, dry: bool):
+    """A tiny tied-embedding Llama built on the device, saved in shards; the report's data."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, tie_word_embeddings=True,
+    )  # fmt: skip
+    with torch_neuronx.readiness(dry_run=dry) as r:
+        with torch.device("neuron"):
+            model = LlamaForCausalLM(cfg)
+        model.save_pretrained(path, max_shard_size="100KB")  # the line the report names
+    return r.report
+
+
+def _header(path) -> bytes:
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        return f.read(n)
+
+
+def test_a_dry_run_of_save_pretrained_writes_the_real_files_without_data(tmp_path):
+    real, dry = tmp_path / "real", tmp_path / "dry"
+    _save(real, dry=False)
+    report = _save(dry, dry=True)
+    names = sorted(os.listdir(real))
+    assert sorted(os.listdir(dry)) == names
+    shards = [n for n in names if n.endswith(".safetensors")]
+    assert len(shards) > 1 and "model.safetensors.index.json" in names  # sharded, tied lm_head saved once
+    index = json.loads((real / "model.safetensors.index.json").read_text())
+    assert "lm_head.weight" not in index["weight_map"]
+    assert json.loads((dry / "model.safetensors.index.json").read_text()) == index  # total_size too
+    for n in shards:
+        assert _header(dry / n) == _header(real / n)  # every name, dtype, shape and offset
+        assert os.path.getsize(dry / n) == os.path.getsize(real / n)
+        assert os.stat(dry / n).st_blocks * 512 < os.path.getsize(real / n)  # the data region is a hole
+    saved = report.data["dry_run"]["saved_without_data"]
+    line = next(i for i, t in enumerate(open(__file__).read().splitlines(), 1) if "the line the report names" in t)
+    assert [(f["path"], f["site"]) for f in saved] == [(str(dry / n), f"{__file__}:{line} (_save)") for n in shards]
+    assert sum(f["bytes"] for f in saved) == index["metadata"]["total_size"]
+    assert "Files saved without data" in report.to_markdown() and str(dry / shards[0]) in str(report)
+
+
+def test_safetensors_save_to_bytes_in_a_dry_run_says_why_it_cannot():
+    from safetensors.torch import save
+
+    from torch_neuronx.readiness import ValueUnknownError
+
+    with pytest.raises(ValueUnknownError, match=r"safetensors\.torch\.save at .*test_saving\.py"):
+        with torch_neuronx.readiness(dry_run=True):
+            save({"w": torch.zeros(4, 4, device="neuron")})
+
+
+def test_torch_save_of_a_dry_runs_tensors_stops_at_the_line_before_writing(tmp_path):
+    from torch_neuronx.readiness import ValueUnknownError
+
+    path = tmp_path / "sd.pt"
+    with torch_neuronx.readiness(dry_run=True):
+        model = torch.nn.Linear(4, 4).to("neuron")
+        torch.save({"step": 1}, tmp_path / "meta.pt")  # no tensors without data: saved as in a real run
+        with pytest.raises(ValueUnknownError, match=r"torch\.save at .*test_saving\.py:\d+ "):
+            torch.save(model.state_dict(), path)
+    assert not path.exists() and torch.load(tmp_path / "meta.pt") == {"step": 1}
+
+
+def _lora():
+    import peft
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+    return peft.get_peft_model(LlamaForCausalLM(cfg), peft.LoraConfig(r=4, target_modules="all-linear"))
+
+
+def _vae():
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL(block_out_channels=(32,), latent_channels=4, norm_num_groups=32)
+
+
+@pytest.mark.parametrize("build", [_lora, _vae], ids=["peft-adapter", "diffusers-model"])
+def test_peft_and_diffusers_save_pretrained_in_a_dry_run(tmp_path, build):
+    written = {}
+    for dry in (False, True):
+        with torch_neuronx.readiness(dry_run=dry) as r:
+            with torch.device("neuron"):
+                model = build()
+            model.save_pretrained(tmp_path / str(dry))
+        written[dry] = {n: _header(tmp_path / str(dry) / n) for n in os.listdir(tmp_path / str(dry))
+                        if n.endswith(".safetensors")}  # fmt: skip
+    assert len(written[True]) == 1 and written[True] == written[False]
+    assert [f["path"] for f in r.report.data["dry_run"]["saved_without_data"]] == [
+        str(tmp_path / "True" / n) for n in written[True]
+    ]
