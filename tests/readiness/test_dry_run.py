@@ -665,3 +665,32 @@ def test_a_compiled_graph_costs_the_same_in_a_dry_run_and_a_real_one(tmp_path, m
     lines = p.stdout.splitlines()[-3:]
     assert [line.split(" [")[0] for line in lines] == ["miss", "dry run", "hit"], lines
     assert len({line.split(" [", 1)[1] for line in lines}) == 1, lines
+
+
+def test_a_tied_weight_built_on_the_host_stays_tied_when_the_module_moves():
+    """An embedding tied to the LM head, built on the host and moved with ``.to("neuron")``, is
+    one parameter on the device in a real run; a dry run must not make two of it."""
+
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.head = torch.nn.Embedding(64, 32), torch.nn.Linear(32, 64, bias=False)
+            self.head.weight = self.emb.weight
+
+        def forward(self, x):
+            return self.head(self.emb(x))
+
+    def run(dry):
+        torch.neuron.empty_cache()
+        with torch_neuronx.readiness(dry_run=dry) as r:
+            m = Tied()
+            weight = m.emb.weight
+            m.to("neuron")
+            assert m.head.weight is m.emb.weight is weight and weight.device.type == "neuron"
+            m(torch.zeros(4, 8, dtype=torch.long, device="neuron")).sum().backward()
+            assert len(list(m.parameters())) == 1
+        return r.report.data["memory"][0]["peak_allocated"]
+
+    real, dry = run(False), run(True)
+    assert abs(dry - real) <= 0.01 * real, (dry, real)
+    assert torch.nn.Module._apply.__module__ == "torch.nn.modules.module"  # the tap is gone after it

@@ -167,7 +167,7 @@ class DryExecutor:
         self._mode = None
         self._taps = [_tp.StorageResizeTap(self._on_resize), _tp.ForeachTap(), _tp.ShardingCacheTap()]
         self._taps += [_tp.BufferStorageTap(), _tp.ParameterClassTap(), ObjectCollectivesTap(self.known.assumed)]
-        self._taps += [_tp.SwapTap(self.known._forget), _tp.DataSetterTap(self.known.share)]
+        self._taps += [_tp.SwapTap(self.known._forget), _tp.DataSetterTap(self.known.share), _tp.ModuleConversionTap()]
         self.saved: list = []  # the files written without data, as the report lists them
         self._taps += [_tp.StoragePointerTap(), SaveTap(self.saved.append), TorchSaveTap()]
         self._kept_taps = len(self._taps)  # the thread tap, after them, is made anew at each start

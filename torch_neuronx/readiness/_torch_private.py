@@ -307,6 +307,8 @@ class SwapTap:
         def swap_tensors(t1, t2):
             self._forget(t1)
             self._forget(t2)
+            if isinstance(t2, FakeTensor) and not isinstance(t1, FakeTensor):
+                _drop_fake_mode_refs(t1, t2)  # a real host parameter takes its moved value
             return orig(t1, t2)
 
         torch.utils.swap_tensors = swap_tensors
@@ -354,6 +356,46 @@ class DataSetterTap:
         if self._installed:
             del torch.Tensor.data
             self._installed = False
+
+
+class ModuleConversionTap:
+    """Lets ``Module.to(device)`` keep a host-built module's parameter objects in a dry run, as
+    it does in a real run: tied weights stay tied.
+
+    A real run moves a parameter with ``param.data = moved``, in place, so a weight that two
+    modules share (an embedding tied to the LM head) is moved once and stays one object. In a
+    dry run the moved value of a small host parameter (a real tensor) is a fake one, for which
+    ``Module._apply`` makes a new Parameter per module instead: the tie comes apart and the
+    weight is counted twice. For a module that holds such a parameter, ``_apply`` here runs
+    with PyTorch's swap-on-conversion setting, which swaps the moved value into the existing
+    object (what it already does for fake parameters). Installed on ``nn.Module`` for the dry
+    run only, and removed after it."""
+
+    def __init__(self):
+        self._orig = None
+
+    def install(self) -> None:
+        orig = self._orig = torch.nn.Module._apply
+        future = torch.__future__
+
+        def _apply(module, fn, recurse=True):
+            if recurse:
+                for child in module.children():
+                    child._apply(fn)
+            users = future.get_swap_module_params_on_conversion()
+            real = any(p is not None and _plain_leaf_without_grad(p) for p in module._parameters.values())
+            future.set_swap_module_params_on_conversion(users or real)
+            try:
+                return orig(module, fn, recurse=False)
+            finally:
+                future.set_swap_module_params_on_conversion(users)
+
+        torch.nn.Module._apply = _apply
+
+    def remove(self) -> None:
+        if self._orig is not None:
+            torch.nn.Module._apply = self._orig
+            self._orig = None
 
 
 def _plain_leaf_without_grad(t: torch.Tensor) -> bool:
@@ -753,6 +795,8 @@ PATCH_POINTS = (
     ("foreach utils' _foreach_supported_types", "ForeachTap", "2.13.0",
      "torch.utils._foreach_utils:_foreach_supported_types"),
     ("Tensor.data's setter replaced on torch.Tensor", "DataSetterTap", "2.13.0", "torch._C:TensorBase.data"),
+    ("Module._apply replaced on nn.Module (swap-on-conversion per module)", "ModuleConversionTap", "2.13.0",
+     "torch.__future__:set_swap_module_params_on_conversion"),
     ("the fake converter's weak table of real tensors it converted", "_drop_fake_mode_refs", "2.13.0",
      "torch._subclasses.meta_utils:MetaTensorDescriber.get_tensor_id"),
     ("the fake converter's table of a constant's aliases", "_drop_fake_mode_refs", "2.13.0",
