@@ -104,3 +104,29 @@ def test_a_recv_object_list_from_a_rank_left_out_of_the_dry_run_stops_at_its_lin
     assert rec["error"].startswith("ValueUnknownError: dry run: recv_object_list at "), rec["error"]
     assert f"{SCRIPT.name}:{line} " in rec["error"], rec["error"]
     assert "rank 0 does not run in this dry run" in rec["error"] and "Include rank 0 in --ranks" in rec["error"]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_ranks_that_receive_from_each_other_first_stop_at_once_where_the_job_would_hang(tmp_path):
+    """With --workers 1, rank 1 starts while rank 0 waits for it (a rank that waits is not counted);
+    then both wait for a message neither sends: they stop with ValueUnknownError, not after a timeout."""
+    script = tmp_path / "each_other.py"
+    script.write_text(
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('neuron')\n"
+        "got = [None]\n"
+        "dist.recv_object_list(got, src=1 - dist.get_rank())\n"
+    )
+    out = tmp_path / "rep"
+    cmd = [sys.executable, "-m", "torch_neuronx.cli", "check", "--dry-run", "--workers", "1", "--out", str(out), "--"]
+    cmd += ["torchrun", "--standalone", "--nproc-per-node", "2", str(script)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert p.returncode != 0, p.stdout[-2000:] + p.stderr[-4000:]
+    recs = sorted((json.loads(f.read_text()) for f in (out / "recordings").glob("rank*.json")), key=lambda r: r["rank"])
+    assert [r["rank"] for r in recs] == [0, 1]
+    for r in recs:
+        assert r["error"].startswith("ValueUnknownError: dry run: recv_object_list at "), r["error"]
+        assert "each_other.py:4 " in r["error"] and "would hang here" in r["error"], r["error"]
+    # the first to stop was told so while the other still waited (the other may see it exit first)
+    assert any("every rank running waits for another's message" in r["error"] for r in recs), recs

@@ -83,6 +83,7 @@ def _send_objects(orig, args: tuple, kwargs: dict):
 _NO_MESSAGE = {  # why the message is not there: (what happened, the way out)
     "absent": ("rank {src} does not run in this dry run", "Include rank {src} in --ranks"),
     "exited": ("rank {src} ended without sending them (a real run would hang here)", "See rank {src}'s output"),
+    "stuck": ("every rank running waits for another's message: the job would hang here", "See the ranks' output"),
     "timeout": ("rank {src} did not send them within {timeout:.0f} s", "See rank {src}'s output"),
 }
 

@@ -8,11 +8,11 @@ receive waits for that file. A message is what the sender has: the pickled objec
 ``send_object_list`` (always), or a tensor's value where the dry run knows it (a flag, a vote, a
 size), else a marker that it is not known. Sends never wait, as the fake process group's do not.
 
-A receive waits while its peer runs, for at most ``TIMEOUT``. A rank that waits
-tells the parent, which does not count it among the ranks running at once (``--workers``): a
+A receive waits while its peer runs, for at most ``TIMEOUT``. A rank that waits tells the parent, which does not count it among the ranks running at once (``--workers``): a
 pipeline's stages wait for each other, and all must run. Whether the peer is there is told by
-``expect``: ``"absent"`` (it does not run in this dry run: ``--ranks``, or a single process),
-``"exited"`` (it ended without sending this message) or ``"timeout"``.
+``receive``: ``"absent"`` (it does not run in this dry run: ``--ranks``, or a single process),
+``"exited"`` (it ended without sending this message), ``"stuck"`` (every rank running waits for
+another's message, none of which is there: the job would hang) or ``"timeout"``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pickle
 import time
 
 _NOT_KNOWN = b"not known"
-TIMEOUT = 600.0  # seconds a receive waits for its message: c10d's default timeout for device groups
+TIMEOUT = 600.0  # seconds a receive waits for its message: c10d's default for NCCL groups
 
 _dir: str | None = None  # the shared directory, in a rank of a dry run of a torchrun job
 _ranks: frozenset = frozenset()  # the global ranks this dry run runs
@@ -35,13 +35,13 @@ _sequence: collections.Counter = collections.Counter()  # (kind, group, src, dst
 def configure(raw_dir: str, ranks, notify) -> None:
     """In a forked rank: the directory the ranks share, the ranks that run, how to tell the parent."""
     global _dir, _ranks, _notify
-    _dir = os.path.join(raw_dir, "p2p")
-    os.makedirs(_dir, exist_ok=True)
+    _dir = os.path.join(raw_dir, "p2p")  # made at the first message: most jobs send none
     _ranks, _notify = frozenset(ranks), notify
     _sequence.clear()
 
 
 def _path(kind: str, group: str, src: int, dst: int) -> str:
+    os.makedirs(_dir, exist_ok=True)
     key = (kind, group, src, dst)
     _sequence[key] += 1
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in group)
@@ -77,23 +77,58 @@ def receive(kind: str, group: str, src: int, dst: int, timeout: float) -> tuple[
     if _dir is None or src not in _ranks:
         return None, "absent"
     path = _path(kind, group, src, dst)
-    deadline, waiting = time.monotonic() + timeout, False
+    if not os.path.exists(path):
+        why = _wait(path, src, dst, time.monotonic() + timeout)
+        if why:
+            return None, why
+    with open(path, "rb") as f:
+        payload = f.read()
+    os.remove(path)  # read once: a long run leaves no message behind
+    return payload, ""
+
+
+def _wait(path: str, src: int, dst: int, deadline: float) -> str:
+    """Waits for `path`; "" once it is there, else why it will not be."""
+    mine, stuck = os.path.join(_dir, f"waiting.{dst}"), os.path.join(_dir, f"stuck.{dst}")
+    with open(mine, "w") as f:  # what this rank waits for: the parent tells a deadlock by it
+        f.write(path)
+    if _notify is not None:
+        _notify(True)
     try:
         while not os.path.exists(path):
             # the peer writes its messages before its recording: an exit is seen after its last message
             if os.path.exists(os.path.join(os.path.dirname(_dir), f"rank{src}.json")) and not os.path.exists(path):
-                return None, "exited"
+                return "exited"
+            if _reads(stuck) == path and not os.path.exists(path):
+                return "stuck"
             if time.monotonic() > deadline:
-                return None, "timeout"
-            if not waiting and _notify is not None:
-                _notify(True)
-                waiting = True
+                return "timeout"
             time.sleep(0.02)
+        return ""
     finally:
-        if waiting:
+        os.remove(mine)  # before the parent hears it runs again
+        if _notify is not None:
             _notify(False)
-    with open(path, "rb") as f:
-        return f.read(), ""
+
+
+def _reads(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def find_deadlock(raw_dir: str, waiting) -> None:
+    """In the parent, once every rank running waits and none is left to start: if none of the messages
+    they wait for is there, none will be (no rank runs to send it), so each is told (``stuck``)."""
+    awaited = {r: _reads(os.path.join(raw_dir, "p2p", f"waiting.{r}")) for r in waiting}
+    if not awaited or any(p is None or os.path.exists(p) for p in awaited.values()):
+        return
+    for r, p in awaited.items():
+        with open(os.path.join(raw_dir, "p2p", f"stuck.{r}.tmp"), "w") as f:
+            f.write(p)
+        os.replace(os.path.join(raw_dir, "p2p", f"stuck.{r}.tmp"), os.path.join(raw_dir, "p2p", f"stuck.{r}"))
 
 
 def receive_tensor(group: str, src: int, dst: int, timeout: float):

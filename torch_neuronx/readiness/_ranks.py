@@ -27,6 +27,8 @@ import shutil
 import struct
 import sys
 
+from . import _p2p
+
 # What a rank tells the parent, as (rank, event) on the pipe: each message is written at once.
 _LOADED, _WAITS, _RUNS = 0, 1, 2
 
@@ -44,8 +46,6 @@ def _signal_first_forward(fd: int, rank: int) -> None:
 
 def _child(rank: int, env: dict, raw_dir: str, target: list[str], terminal: bool, loaded_fd: int, ranks) -> int:
     from neuronsim import settings as _settings
-
-    from . import _p2p
 
     _settings.set_rank_environment(env)
     _signal_first_forward(loaded_fd, rank)
@@ -87,6 +87,7 @@ class _Scheduler:
         self.running: dict = {}  # pid -> rank
         self.loading: set = set()  # ranks started that have not begun their first forward
         self.waiting: set = set()  # ranks waiting for a message from another rank
+        self.started = 0
         self.loaded_r, self.loaded_w = os.pipe()
         self.worst = 0
 
@@ -97,6 +98,8 @@ class _Scheduler:
             if pid:
                 self._exited(self.running.pop(pid), os.waitstatus_to_exitcode(status))
                 return
+            if self.waiting and self.started == len(self.ranks) and self.waiting == set(self.running.values()):
+                _p2p.find_deadlock(self.raw_dir, self.waiting)
             if select.select([self.loaded_r], [], [], 0.2)[0]:
                 for rank, event in struct.iter_unpack("<ii", os.read(self.loaded_r, 4096)):
                     self.loading.discard(rank)  # a rank that waits is not loading either
@@ -131,6 +134,7 @@ class _Scheduler:
                 os._exit(rc if isinstance(rc, int) else 1)
         self.running[pid] = rank
         self.loading.add(rank)
+        self.started += 1
 
     def finish(self) -> int:
         while self.running:
