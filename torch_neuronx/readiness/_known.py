@@ -11,7 +11,8 @@ data; the rule a dry run follows, listed in the report with each collective's so
 broadcast leaves this rank's tensor as it is, a sum all-reduce multiplies by the group size and a
 min, max or average all-reduce returns it unchanged. Object collectives (``all_gather_object``,
 ``broadcast_object_list``, ...) follow the same rule (``_objects``), so a script that exchanges
-its config or seed goes on with its own. A job whose ranks really differ there is caught by the
+its config or seed goes on with its own. Point-to-point sends are not assumed: the receiver gets the
+sender's value where the sender knows it (``_p2p``). A job whose ranks really differ there is caught by the
 comparison of the ranks' collectives (another shape or op on some rank), not hidden by this rule.
 """
 
@@ -23,7 +24,7 @@ import weakref
 import torch
 
 from .._sites import user_site
-from . import _objects
+from . import _objects, _p2p
 from . import _torch_private as _tp
 
 _LIMIT = 64 << 10  # bytes: values kept per tensor
@@ -163,10 +164,32 @@ class KnownValues:
         elif func is _c10d.broadcast_.default:
             for t in args[0]:
                 self._fill([(t, lambda v: v)], t, func)
+        elif func in (_c10d.send.default, _c10d.recv_.default) and pg is not None:
+            self._point_to_point(func, pg, args)
         else:  # other collectives' results are not known: forget what they write
             for t in _tp.leaves(args, {}):
                 if isinstance(t, _tp.FakeTensor):
                     self._forget(t)
+
+    def _point_to_point(self, func, pg, args) -> None:
+        """A send passes its tensor's value (where known) to the receiver, which knows it then: the
+        sender's real data, not an assumption (``_p2p``)."""
+        ranks = _tp.group_ranks(pg)
+        me, peer = ranks[pg.rank()], ranks[args[2]]
+        for t in args[0]:
+            if func is _c10d.send.default:
+                value = self.value(t) if isinstance(t, _tp.FakeTensor) else t
+                plain = value is not None and _plain(value) and value.device.type == "cpu" and _small(value)
+                _p2p.send_tensor(pg.group_name, me, peer, value if plain else None)
+                continue
+            value = _p2p.receive_tensor(pg.group_name, peer, me, _p2p.TIMEOUT)
+            if value is None or value.numel() != t.numel():
+                if isinstance(t, _tp.FakeTensor):
+                    self._forget(t)
+            elif isinstance(t, _tp.FakeTensor):
+                self._set(t, value.reshape(t.shape).to(t.dtype))
+            elif t.device.type == "cpu":
+                t.copy_(value.reshape(t.shape))
 
     def _fill(self, targets, source, func) -> None:
         value = self.value(source) if isinstance(source, _tp.FakeTensor) else source

@@ -10,6 +10,11 @@ their source, with its own objects: the same collectives, in the same order, as 
 Their byte counts follow this rank's objects, so ranks compare them by op and order only
 (``active()`` names the object collective running). Each call is listed in the report among the
 assumed collectives, once, at the script's line.
+
+``send_object_list`` and ``recv_object_list`` are not assumed: the receiver has no object of its
+own to take. The sender's pickled objects go to the receiver (``_p2p``), and each side issues the
+collectives a real run issues, with the real byte counts. A receive whose sender does not run in
+this dry run, or never sends, stops with :class:`ValueUnknownError` at its line.
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ import functools
 import threading
 
 from .._sites import user_site
+from . import _p2p
 from ._values import ValueUnknownError
 
 _NAMES = ("all_gather_object", "gather_object", "broadcast_object_list", "scatter_object_list")
+_P2P_NAMES = ("send_object_list", "recv_object_list")
 _running = threading.local()
 
 
@@ -52,8 +59,81 @@ def _as_source(name: str, orig, args: tuple, kwargs: dict) -> tuple:
     return bound.args, bound.kwargs
 
 
+def _arguments(orig, args: tuple, kwargs: dict) -> dict:
+    import inspect
+
+    bound = inspect.signature(orig).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return bound.arguments
+
+
+def _send_objects(orig, args: tuple, kwargs: dict):
+    """Leaves the objects for the receiver, then sends them as a real run does."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    a = _arguments(orig, args, kwargs)
+    group = c10d._group_or_default_group(a["group"])
+    if not c10d._rank_not_in_group(group):
+        dst = dist.get_global_rank(group, c10d._canonicalize_group_rank(group, a["dst"], a["group_dst"]))
+        _p2p.send("objects", group.group_name, dist.get_rank(), dst, _p2p.pickle_objects(a["object_list"]))
+    return orig(*args, **kwargs)
+
+
+_NO_MESSAGE = {  # why the message is not there: (what happened, the way out)
+    "absent": ("rank {src} does not run in this dry run", "Include rank {src} in --ranks"),
+    "exited": ("rank {src} ended without sending them (a real run would hang here)", "See rank {src}'s output"),
+    "stuck": ("every rank running waits for another's message: the job would hang here", "See the ranks' output"),
+    "timeout": ("rank {src} did not send them within {timeout:.0f} s", "See rank {src}'s output"),
+}
+
+
+def _received(a: dict, group, src: int) -> tuple:
+    """The objects `src` sent to this rank (its next message), or ValueUnknownError."""
+    import torch.distributed as dist
+
+    payload, why = _p2p.receive("objects", group.group_name, src, dist.get_rank(), _p2p.TIMEOUT)
+    if payload is None:
+        reason, fix = (m.format(src=src, timeout=_p2p.TIMEOUT) for m in _NO_MESSAGE[why])
+        raise ValueUnknownError(
+            f"dry run: recv_object_list at {user_site()} receives rank {src}'s objects, and {reason}: the "
+            f"receiver has no objects of its own to take for them. {fix}, or run without --dry-run."
+        )
+    objects, sizes = _p2p.unpickle_objects(payload)
+    if len(objects) != len(a["object_list"]):
+        raise ValueError(
+            f"recv_object_list at {user_site()}: rank {src} sent {len(objects)} object(s) into a list of "
+            f"{len(a['object_list'])}; pass a list of the length the sender sends"
+        )
+    return objects, sizes
+
+
+def _recv_objects(orig, args: tuple, kwargs: dict):
+    """The sender's objects, after the collectives a real run issues to receive them."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    a = _arguments(orig, args, kwargs)
+    group = c10d._group_or_default_group(a["group"])
+    if c10d._rank_not_in_group(group) or (a["src"] is None and a["group_src"] is None):
+        return orig(*args, **kwargs)  # not a member; or from any rank, which c10d refuses as it would
+    group_src = c10d._canonicalize_group_rank(group, a["src"], a["group_src"])
+    src = dist.get_global_rank(group, group_src)
+    objects, sizes = _received(a, group, src)
+    device = a["device"] or c10d._get_object_coll_device(group)
+    for t in (torch.empty(len(sizes), dtype=torch.long, device=device),
+              torch.empty(sum(sizes), dtype=torch.uint8, device=device)):  # fmt: skip
+        if a["use_batch"]:
+            dist.batch_isend_irecv([dist.P2POp(dist.irecv, t, group_peer=group_src, group=group)]).pop().wait()
+        else:
+            dist.recv(t, group=group, group_src=group_src)
+    a["object_list"][:] = objects
+    return src
+
+
 class ObjectCollectivesTap:
-    """Replaces the four object collectives in ``torch.distributed`` for the dry run only."""
+    """Replaces the object collectives in ``torch.distributed`` for the dry run only."""
 
     def __init__(self, assumed):
         self._assumed = assumed  # KnownValues.assumed: (site, collective) -> calls
@@ -65,7 +145,7 @@ class ObjectCollectivesTap:
 
         if not dist.is_available():
             return
-        for name in _NAMES:
+        for name in _NAMES + _P2P_NAMES:
             orig = self._orig[name] = getattr(c10d, name)
             wrapped = self._wrap(name, orig)
             setattr(c10d, name, wrapped)
@@ -81,6 +161,10 @@ class ObjectCollectivesTap:
         self._orig = {}
 
     def _wrap(self, name: str, orig):
+        if name in _P2P_NAMES:
+            p2p = _send_objects if name == "send_object_list" else _recv_objects
+            return functools.wraps(orig)(lambda *args, **kwargs: p2p(orig, args, kwargs))
+
         @functools.wraps(orig)
         def call(*args, **kwargs):
             if active() is not None:  # one inside another's parts (none does so today): as it is

@@ -23,26 +23,36 @@ from __future__ import annotations
 import argparse
 import os
 import select
+import shutil
 import struct
 import sys
 
+from . import _p2p
+
+# What a rank tells the parent, as (rank, event) on the pipe: each message is written at once.
+_LOADED, _WAITS, _RUNS = 0, 1, 2
+
 
 def _signal_first_forward(fd: int, rank: int) -> None:
-    """Write ``rank`` to ``fd`` when the first module forward starts (the rank has loaded)."""
+    """Tell the parent when the first module forward starts (the rank has loaded)."""
     import torch
 
     def hook(module, args):
         handle.remove()
-        os.write(fd, struct.pack("<i", rank))
+        os.write(fd, struct.pack("<ii", rank, _LOADED))
 
     handle = torch.nn.modules.module.register_module_forward_pre_hook(hook)
 
 
-def _child(rank: int, env: dict, raw_dir: str, target: list[str], terminal: bool, loaded_fd: int) -> int:
+def _child(rank: int, env: dict, raw_dir: str, target: list[str], terminal: bool, loaded_fd: int, ranks) -> int:
     from neuronsim import settings as _settings
 
     _settings.set_rank_environment(env)
     _signal_first_forward(loaded_fd, rank)
+    # a rank that waits for a peer's message does not count among those running at once
+    _p2p.configure(
+        raw_dir, ranks, lambda waits: os.write(loaded_fd, struct.pack("<ii", rank, _WAITS if waits else _RUNS))
+    )
     if not terminal:
         log = os.open(os.path.join(raw_dir, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(log, 1)
@@ -69,12 +79,15 @@ def parse_ranks(spec: str, world: int | None = None) -> list[int]:
 
 
 class _Scheduler:
-    """Forks the ranks, at most `workers` at a time and one loading at a time; tracks their exits."""
+    """Forks the ranks, at most `workers` at a time and one loading at a time; tracks their exits.
+    A rank that waits for another's message (a pipeline stage's) is not counted while it waits."""
 
-    def __init__(self, raw_dir: str, workers: int, first: int):
-        self.raw_dir, self.workers, self.first = raw_dir, workers, first
+    def __init__(self, raw_dir: str, workers: int, ranks: list):
+        self.raw_dir, self.workers, self.first, self.ranks = raw_dir, workers, ranks[0], ranks
         self.running: dict = {}  # pid -> rank
         self.loading: set = set()  # ranks started that have not begun their first forward
+        self.waiting: set = set()  # ranks waiting for a message from another rank
+        self.started = 0
         self.loaded_r, self.loaded_w = os.pipe()
         self.worst = 0
 
@@ -85,20 +98,27 @@ class _Scheduler:
             if pid:
                 self._exited(self.running.pop(pid), os.waitstatus_to_exitcode(status))
                 return
+            if self.waiting and self.started == len(self.ranks) and self.waiting == set(self.running.values()):
+                _p2p.find_deadlock(self.raw_dir, self.waiting)
             if select.select([self.loaded_r], [], [], 0.2)[0]:
-                data = os.read(self.loaded_r, 4096)
-                self.loading.difference_update(r for (r,) in struct.iter_unpack("<i", data))
+                for rank, event in struct.iter_unpack("<ii", os.read(self.loaded_r, 4096)):
+                    self.loading.discard(rank)  # a rank that waits is not loading either
+                    if event == _WAITS:
+                        self.waiting.add(rank)
+                    elif event == _RUNS:
+                        self.waiting.discard(rank)
                 return
 
     def _exited(self, rank: int, rc: int) -> None:
         self.loading.discard(rank)
+        self.waiting.discard(rank)
         if rc:
             self.worst = max(self.worst, rc if rc > 0 else 1)
             if rank != self.first:
                 print(f"torch-neuronx check: rank {rank} exited with {rc}; its output: {self.raw_dir}/rank{rank}.log")
 
     def start(self, rank: int, env: dict, target: list) -> None:
-        while len(self.running) >= self.workers or self.loading:
+        while len(self.running) - len(self.waiting) >= self.workers or self.loading:
             self.wait_event()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -107,13 +127,14 @@ class _Scheduler:
             rc = 1
             try:
                 os.close(self.loaded_r)
-                rc = _child(rank, env, self.raw_dir, target, rank == self.first, self.loaded_w)
+                rc = _child(rank, env, self.raw_dir, target, rank == self.first, self.loaded_w, self.ranks)
             finally:
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(rc if isinstance(rc, int) else 1)
         self.running[pid] = rank
         self.loading.add(rank)
+        self.started += 1
 
     def finish(self) -> int:
         while self.running:
@@ -139,9 +160,10 @@ def run(raw_dir: str, nnodes: int, nproc: int, workers: int, target: list[str], 
             f"torch-neuronx check: dry run of ranks {ranges(ranks)} of {world}; the other {world - len(ranks)} are not run"
         )
     os.makedirs(raw_dir, exist_ok=True)
+    shutil.rmtree(os.path.join(raw_dir, "p2p"), ignore_errors=True)  # messages of an earlier run: never read
     preimport(target)
     store = dist.TCPStore("127.0.0.1", 0, world, is_master=True, wait_for_workers=False)
-    scheduler = _Scheduler(raw_dir, workers, ranks[0])
+    scheduler = _Scheduler(raw_dir, workers, ranks)
     for rank in ranks:
         scheduler.start(rank, rank_env(rank, nproc, world, store.port), target)
     return scheduler.finish()
