@@ -110,9 +110,8 @@ def _inline_math(gm, node, dense) -> None:
     # Traced and copied in by hand: the pattern matcher's replace_by_example cannot carry the
     # tensor constants the math creates (its -inf fill value).
     import torch.utils._pytree as pytree
-    from torch._inductor.decomposition import select_decomp_table
-    from torch._inductor.virtualized import V
-    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from ._dynamo import _inductor_glue
 
     leaves, spec = pytree.tree_flatten((node.args, node.kwargs))
     tensor_at = [i for i, x in enumerate(leaves) if isinstance(x, torch.fx.Node) and x.op != "get_attr"]
@@ -125,8 +124,7 @@ def _inline_math(gm, node, dense) -> None:
         args, kwargs = pytree.tree_unflatten(values, spec)
         return dense(*args, **kwargs)
 
-    with V.fake_mode:
-        sub = make_fx(math, decomposition_table=select_decomp_table())(*(leaves[i].meta["val"] for i in tensor_at))
+    sub = _inductor_glue.trace_in_compiling_graph(math, [leaves[i].meta["val"] for i in tensor_at])
     env = {}
     placeholders = iter(leaves[i] for i in tensor_at)
     with gm.graph.inserting_before(node):

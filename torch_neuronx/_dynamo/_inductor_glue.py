@@ -360,6 +360,17 @@ def _patch_flex_attention() -> None:
     compile_fx.post_grad_passes = post_grad_passes
 
 
+def trace_in_compiling_graph(fn, example_values: list):
+    """``fn`` traced to an FX graph with Inductor's decompositions, in the fake mode of the graph
+    Inductor is compiling (a pass's replacement for a node must share its fake tensors)."""
+    from torch._inductor.decomposition import select_decomp_table
+    from torch._inductor.virtualized import V
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with V.fake_mode:
+        return make_fx(fn, decomposition_table=select_decomp_table())(*example_values)
+
+
 def _patch_rng_state_hops() -> None:
     """Let checkpointed random ops on neuron save/restore the neuron generator, as CUDA does.
 
