@@ -98,6 +98,19 @@ def test_native_run_has_no_fallbacks_and_whole_run_scope():
     assert _op(est, "aten::mm")["flops"] == 2 * 16**3
 
 
+def test_a_recording_adopts_device_tensors_made_before_it_but_not_a_leaked_vmap_wrapper():
+    model = torch.ones(1024, device="neuron")  # made before the recording: counted in it
+    leaked = []
+    torch.func.vmap(lambda x: leaked.append(x) or x)(torch.ones(2, 3, device="neuron"))
+    assert type(leaked[0]) is torch.Tensor  # vmap's wrapper, which has no storage to read
+    with torch_neuronx.readiness() as r:
+        y = model * 2
+    del y
+    (mem,) = r.report.data["memory"]
+    assert mem["peak_allocated"] >= 2 * model.nbytes
+    assert r.recording.recorder_errors == {}
+
+
 def test_memory_peak_fit_verdict_and_largest_tensors(monkeypatch):
     from torch_neuronx.readiness._observers import memory
 

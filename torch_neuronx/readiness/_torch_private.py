@@ -260,6 +260,12 @@ def is_wrapper(t: torch.Tensor) -> bool:
     return is_traceable_wrapper_subclass(t)
 
 
+def is_functorch_wrapper(t: torch.Tensor) -> bool:
+    """vmap's and grad's wrappers (of type torch.Tensor, without a storage of their own): the
+    tensor they wrap is what occupies memory."""
+    return torch._C._functorch.is_functorch_wrapped_tensor(t)
+
+
 def fake_process_group(opts):
     """PyTorch's fake process group for a c10d backend creator's options: the group's real rank
     and size; collectives complete at once and move nothing (their fake outputs have the

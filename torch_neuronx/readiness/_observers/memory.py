@@ -9,6 +9,7 @@ import torch
 
 from ... import _C
 from ...neuron import memory as _memory
+from .. import _torch_private
 from .._ledger import PEAK_STEP
 from .._record import CoreMemory, MemorySnapshot
 
@@ -84,7 +85,9 @@ class Memory:
         import gc
 
         for obj in gc.get_objects():
-            if type(obj) in (torch.Tensor, torch.nn.Parameter) and obj.device.type == "neuron":
+            if type(obj) not in (torch.Tensor, torch.nn.Parameter) or obj.device.type != "neuron":
+                continue
+            if not _torch_private.is_functorch_wrapper(obj):  # one a vmap leaked has no storage
                 self._track(obj, "(before the report started)")
 
     def sample_all(self) -> None:
