@@ -106,9 +106,10 @@ def record_bert() -> list:
 
 
 def _all_reduce_buckets(grads: list) -> None:
-    """What DDP does with gradients (flatten into buckets, all-reduce each, copy back); DDP
-    itself cannot be built over the dry run's fake process group (it verifies parameter shapes
-    across ranks from the collective's data)."""
+    """What AWS's tutorial does with gradients once per optimizer step, after the last
+    micro-batch's backward (flatten into DDP-sized buckets, all-reduce each, copy back), so the
+    recording has the all-reduce in a region of its own; a script wrapped in DDP instead
+    overlaps it with the last backward, which a dry run records as such."""
     import torch
     import torch.distributed as dist
 
