@@ -10,6 +10,7 @@ printed in every report.
 from __future__ import annotations
 
 import statistics
+from typing import NamedTuple
 
 from neuronsim import hardware as hw
 from neuronsim import tensor_engine as _te
@@ -264,14 +265,13 @@ def phases(recordings: list, fig: dict, prec: str = "highest") -> dict | None:
 
 def _phase_rank(rec, buckets: list, fig: dict, prec: str) -> dict:
     """One rank's median bucket of a phase: its seconds, terms and shares."""
-    parts = rec.graph_parts
-    seconds = _bucket_seconds(buckets, fig, prec, _graph_seconds(parts, fig, prec))
-    median, i = _median_bucket(seconds)
+    times = _bucket_times(buckets, rec.graph_parts, fig, prec)
+    median, i = _median_bucket([t.seconds for t in times])
     return {
         "seconds": median,
         "count": len(buckets),
         "tokens": buckets[i].tokens,
-        **_summary([buckets[i]], parts, fig, prec, top=20),
+        **_summary([buckets[i]], times[i].hidden, rec.graph_parts, fig, prec, top=20),
     }
 
 
@@ -295,8 +295,15 @@ def _graph_seconds(parts: dict, fig: dict, prec: str) -> dict:
     return {g: sum(call_time(fig, p, prec)[0] for p in ps) for g, ps in parts.items()}
 
 
-def _bucket_time(b, fig: dict, prec: str, graph_seconds: dict) -> tuple:
-    """(estimated seconds, seconds of asynchronous collectives hidden under compute) of a Bucket.
+class _BucketTime(NamedTuple):
+    """What the step times and a breakdown's hidden collective time read of one Bucket."""
+
+    seconds: float  # estimated
+    hidden: float  # of asynchronous collectives, under compute
+
+
+def _bucket_time(b, fig: dict, prec: str, graph_seconds: dict) -> _BucketTime:
+    """Estimated seconds, and seconds of asynchronous collectives hidden under compute, of a Bucket.
 
     Collectives run on the chip's collective-communication cores, apart from the compute engines
     (AWS's page on compute-communication overlap): one the script waits for where it is issued
@@ -313,12 +320,13 @@ def _bucket_time(b, fig: dict, prec: str, graph_seconds: dict) -> tuple:
         else:
             waited += t
     hidden = min(overlappable, compute)
-    return compute + waited + overlappable - hidden, hidden
+    return _BucketTime(compute + waited + overlappable - hidden, hidden)
 
 
-def _bucket_seconds(buckets: list, fig: dict, prec: str, graph_seconds: dict) -> list:
-    """Estimated seconds of each Bucket."""
-    return [_bucket_time(b, fig, prec, graph_seconds)[0] for b in buckets]
+def _bucket_times(buckets: list, parts: dict, fig: dict, prec: str) -> list:
+    """The _BucketTime of each Bucket (each compiled graph in `parts` timed once)."""
+    graph_seconds = _graph_seconds(parts, fig, prec)
+    return [_bucket_time(b, fig, prec, graph_seconds) for b in buckets]
 
 
 def _median_bucket(seconds: list) -> tuple:
@@ -327,15 +335,15 @@ def _median_bucket(seconds: list) -> tuple:
     return median, min(range(len(seconds)), key=lambda j: abs(seconds[j] - median))
 
 
-def _summary(scope: list, parts: dict, fig: dict, prec: str, top: int | None = None) -> dict:
-    """Terms, their shares, the dominant one, Tensor Engine FLOPs and the costliest ops of `scope`."""
+def _summary(scope: list, hidden: float, parts: dict, fig: dict, prec: str, top: int | None = None) -> dict:
+    """Terms, their shares, the dominant one, Tensor Engine FLOPs and the costliest ops of `scope`;
+    `hidden` is the time of its asynchronous collectives under compute, from its _BucketTimes."""
     terms, by_op, tensor_flops = _breakdown(scope, parts, fig, prec)
     total = sum(terms.values()) or 1.0
-    graph_seconds = _graph_seconds(parts, fig, prec)
     return {
         "terms": terms,
         # of the collective terms: asynchronous collectives' time that runs under compute
-        "hidden_seconds": sum(_bucket_time(b, fig, prec, graph_seconds)[1] for b in scope),
+        "hidden_seconds": hidden,
         "term_shares": {k: v / total for k, v in terms.items()},
         "dominant": max(terms, key=terms.get),
         "tensor_flops": tensor_flops,
@@ -345,16 +353,16 @@ def _summary(scope: list, parts: dict, fig: dict, prec: str, top: int | None = N
 
 def _rank_estimate(rec, fig: dict, prec: str) -> dict:
     n_steps = rec.steps
-    parts = rec.graph_parts
     buckets = rec.buckets
-    seconds = _bucket_seconds(buckets, fig, prec, _graph_seconds(parts, fig, prec))
+    times = _bucket_times(buckets, rec.graph_parts, fig, prec)
+    seconds = [t.seconds for t in times]
     if n_steps:
         step_seconds, i = _median_bucket(seconds[:n_steps])
-        scope = [buckets[i]]  # the breakdown is of the median step
+        scope, times = [buckets[i]], [times[i]]  # the breakdown is of the median step
     else:
         step_seconds = sum(seconds)
         scope = buckets
-    summary = _summary(scope, parts, fig, prec)
+    summary = _summary(scope, sum(t.hidden for t in times), rec.graph_parts, fig, prec)
     terms = summary["terms"]
     total = sum(terms.values()) or 1.0
     shares = {

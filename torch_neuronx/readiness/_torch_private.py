@@ -296,19 +296,51 @@ class ForeachTap:
         self._added = []
 
 
-class SwapTap:
+_ABSENT = object()  # an attribute an owner does not have itself (it inherits it)
+
+
+class _AttributeTap:
+    """Replaces attribute `_name` of class or module `_owner`, for the dry run only, with what
+    `_replacement()` makes (each tap reads the original it wraps there): `remove` puts back what
+    the owner had itself, or deletes the attribute when it inherited it. Installing or removing
+    twice in a row changes nothing."""
+
+    _owner: object
+    _name: str
+    _installed = False
+
+    def _replacement(self):
+        raise NotImplementedError
+
+    def install(self) -> None:
+        if not self._installed:
+            new = self._replacement()
+            self._old = vars(self._owner).get(self._name, _ABSENT)
+            setattr(self._owner, self._name, new)
+            self._installed = True
+
+    def remove(self) -> None:
+        if self._installed:
+            if self._old is _ABSENT:
+                delattr(self._owner, self._name)
+            else:
+                setattr(self._owner, self._name, self._old)
+            self._installed = False
+
+
+class SwapTap(_AttributeTap):
     """Drops what the dry run keeps about two tensors before ``torch.utils.swap_tensors`` swaps
     them. ``Module.to`` swaps fake parameters, and swap_tensors refuses a tensor with a weak
     reference: the one by which the dry run keeps a small tensor's known values (a bias moved
     from the host, which accelerate's loader then makes a parameter). `forget` takes a tensor."""
 
+    _owner, _name = torch.utils, "swap_tensors"
+
     def __init__(self, forget):
-        self._forget, self._orig = forget, None
+        self._forget = forget
 
-    def install(self) -> None:
-        import torch.utils
-
-        orig = self._orig = torch.utils.swap_tensors
+    def _replacement(self):
+        orig = torch.utils.swap_tensors
 
         def swap_tensors(t1, t2):
             self._forget(t1)
@@ -317,17 +349,10 @@ class SwapTap:
                 _drop_fake_mode_refs(t1, t2)  # a real host parameter takes its moved value
             return orig(t1, t2)
 
-        torch.utils.swap_tensors = swap_tensors
-
-    def remove(self) -> None:
-        if self._orig is not None:
-            import torch.utils
-
-            torch.utils.swap_tensors = self._orig
-            self._orig = None
+        return swap_tensors
 
 
-class DataSetterTap:
+class DataSetterTap(_AttributeTap):
     """Lets ``tensor.data = fake`` make a real host tensor the fake one's alias, as it makes a host
     tensor a device one in a real run; then ``on_alias(tensor, fake)``.
 
@@ -338,14 +363,14 @@ class DataSetterTap:
     (``torch.utils.swap_tensors``, which Module.to uses for fakes) with a fake alias of the new
     value, keeping what ``.data =`` keeps: identity, parameter-ness, ``requires_grad`` and
     Python attributes. A tensor with a gradient (which a swap would lose), a non-leaf and a
-    wrapper subclass keep the plain setter. Installed on ``torch.Tensor`` for the dry run only,
-    and removed after it."""
+    wrapper subclass keep the plain setter."""
+
+    _owner, _name = torch.Tensor, "data"
 
     def __init__(self, on_alias):
         self._on_alias = on_alias
-        self._installed = False
 
-    def install(self) -> None:
+    def _replacement(self):
         descr = torch._C.TensorBase.__dict__["data"]
 
         def set_data(t, value):
@@ -355,16 +380,10 @@ class DataSetterTap:
             else:
                 descr.__set__(t, value)
 
-        torch.Tensor.data = property(descr.__get__, set_data, doc=descr.__doc__)
-        self._installed = True
-
-    def remove(self) -> None:
-        if self._installed:
-            del torch.Tensor.data
-            self._installed = False
+        return property(descr.__get__, set_data, doc=descr.__doc__)
 
 
-class ModuleConversionTap:
+class ModuleConversionTap(_AttributeTap):
     """Lets ``Module.to(device)`` keep a host-built module's parameter objects in a dry run, as
     it does in a real run: tied weights stay tied.
 
@@ -374,14 +393,12 @@ class ModuleConversionTap:
     ``Module._apply`` makes a new Parameter per module instead: the tie comes apart and the
     weight is counted twice. For a module that holds such a parameter, ``_apply`` here runs
     with PyTorch's swap-on-conversion setting, which swaps the moved value into the existing
-    object (what it already does for fake parameters). Installed on ``nn.Module`` for the dry
-    run only, and removed after it."""
+    object (what it already does for fake parameters)."""
 
-    def __init__(self):
-        self._orig = None
+    _owner, _name = torch.nn.Module, "_apply"
 
-    def install(self) -> None:
-        orig = self._orig = torch.nn.Module._apply
+    def _replacement(self):
+        orig = torch.nn.Module._apply
         future = torch.__future__
 
         def _apply(module, fn, recurse=True):
@@ -396,12 +413,7 @@ class ModuleConversionTap:
             finally:
                 future.set_swap_module_params_on_conversion(users)
 
-        torch.nn.Module._apply = _apply
-
-    def remove(self) -> None:
-        if self._orig is not None:
-            torch.nn.Module._apply = self._orig
-            self._orig = None
+        return _apply
 
 
 def _plain_leaf_without_grad(t: torch.Tensor) -> bool:
@@ -504,22 +516,20 @@ class ThreadTap:
             self._installed = False
 
 
-class StorageResizeTap:
+class StorageResizeTap(_AttributeTap):
     """Calls ``on_resize(storage, new_nbytes)`` for every ``UntypedStorage.resize_``.
 
     FSDP2 frees and re-allocates unsharded parameters by resizing their storage (no ATen
     op a dispatch mode would see), so the dry run's accounting must see those resizes.
-    Installed on the class for the dry run only, and removed after it.
     """
+
+    _owner, _name = torch.UntypedStorage, "resize_"
 
     def __init__(self, on_resize):
         self._on_resize = on_resize
-        self._orig = None
-        self._own = False
 
-    def install(self) -> None:
-        self._own = "resize_" in torch.UntypedStorage.__dict__
-        orig = self._orig = torch.UntypedStorage.resize_
+    def _replacement(self):
+        orig = torch.UntypedStorage.resize_
         on_resize = self._on_resize
 
         def resize_(storage, size):
@@ -527,87 +537,63 @@ class StorageResizeTap:
             on_resize(storage, int(size))
             return out
 
-        torch.UntypedStorage.resize_ = resize_
-
-    def remove(self) -> None:
-        if self._orig is not None:
-            if self._own:
-                torch.UntypedStorage.resize_ = self._orig
-            else:
-                del torch.UntypedStorage.resize_
-            self._orig = None
+        return resize_
 
 
-class StoragePointerTap:
+class StoragePointerTap(_AttributeTap):
     """Gives each storage without memory (a fake tensor's, on "meta") its own pointer in a dry run.
 
     Such a storage's ``data_ptr()`` is 0, so to the libraries that tell shared tensors apart by
     their storage's pointer (safetensors, transformers' ``save_pretrained``, huggingface_hub's
     sharding) every weight of a dry run shares one storage: saving fails, or counts one tensor's
     bytes for all. Here it is the address of its StorageImpl: distinct storages differ, and views
-    and tied weights share one, as a real storage's pointer does. Installed on the class for the
-    dry run only, and removed after it."""
+    and tied weights share one, as a real storage's pointer does."""
 
-    def __init__(self):
-        self._installed = False
+    _owner, _name = torch.UntypedStorage, "data_ptr"
 
-    def install(self) -> None:
+    def _replacement(self):
         orig = torch._C.StorageBase.data_ptr
 
         def data_ptr(storage):
             return storage._cdata if storage.device.type == "meta" else orig(storage)
 
-        torch.UntypedStorage.data_ptr = data_ptr
-        self._installed = True
-
-    def remove(self) -> None:
-        if self._installed:
-            del torch.UntypedStorage.data_ptr
-            self._installed = False
+        return data_ptr
 
 
-class BufferStorageTap:
+class BufferStorageTap(_AttributeTap):
     """Makes ``UntypedStorage.from_buffer`` a real host storage in a dry run.
 
     Under a fake mode it makes a storage on "meta", without the bytes. The bytes exist (a
     pickled object: c10d's object collectives turn one into a tensor this way), so the storage
-    holds them, as in a real run. Installed on the class for the dry run only, and removed after it.
+    holds them, as in a real run.
     """
 
-    def __init__(self):
-        self._installed = False
+    _owner, _name = torch.UntypedStorage, "from_buffer"
 
-    def install(self) -> None:
+    def _replacement(self):
         orig = torch._C.StorageBase.from_buffer
 
         def from_buffer(*args, **kwargs):
             with modes_off():
                 return orig(*args, **kwargs)
 
-        torch.UntypedStorage.from_buffer = staticmethod(from_buffer)
-        self._installed = True
-
-    def remove(self) -> None:
-        if self._installed:
-            del torch.UntypedStorage.from_buffer
-            self._installed = False
+        return staticmethod(from_buffer)
 
 
-class ParameterClassTap:
+class ParameterClassTap(_AttributeTap):
     """Lets ``type(param)(value, requires_grad=...)`` make a parameter of a fake one, as it does of
     a real one (``Parameter(value, requires_grad=...)``).
 
     A parameter made in a dry run is a FakeTensor marked as a parameter (``nn.Parameter`` of a
     tensor subclass), so its type is FakeTensor, whose constructor takes a fake mode. accelerate's
     ``set_module_tensor_to_device``, which diffusers loads weights with, rebuilds each parameter
-    by its type that way. Installed on FakeTensor for the dry run only, and removed after it.
+    by its type that way.
     """
 
-    def __init__(self):
-        self._orig = None
+    _owner, _name = FakeTensor, "__new__"
 
-    def install(self) -> None:
-        orig = self._orig = FakeTensor.__dict__["__new__"]
+    def _replacement(self):
+        orig = FakeTensor.__dict__["__new__"]
 
         def new(cls, *args, **kwargs):
             if (
@@ -619,12 +605,7 @@ class ParameterClassTap:
                 return torch.nn.Parameter(args[0], requires_grad=kwargs.get("requires_grad", True))
             return orig.__func__(cls, *args, **kwargs)
 
-        FakeTensor.__new__ = staticmethod(new)
-
-    def remove(self) -> None:
-        if self._orig is not None:
-            FakeTensor.__new__ = self._orig
-            self._orig = None
+        return staticmethod(new)
 
 
 # -- what the recorder reads -----------------------------------------------------------------
