@@ -6,7 +6,7 @@ code that runs under it, need help that no public API gives; the recorder reads 
 facts PyTorch keeps privately (Dynamo's graph-break log, a collective's group). Each is
 here with the reason, and ``PATCH_POINTS`` lists them with the PyTorch version each was
 checked against, so a PyTorch upgrade is checked in one file
-(``tests/readiness/test_torch_private.py`` checks that each still exists).
+(``tests/readiness/test_parts.py`` checks that each still exists).
 """
 
 from __future__ import annotations
