@@ -73,20 +73,24 @@ class NeuronWork : public c10d::Work {
   float getDuration() const override { return inner_->getDuration(); }
   uint64_t getSequencenumber() const override { return inner_->getSequencenumber(); }
 
+  // Completed in the caller's thread once the collective is done, as NCCL's future is
+  // completed from the host's view when the collective is enqueued: callbacks added with
+  // then() run in the thread that adds them, under its dispatch modes, autocast and grad
+  // mode. Completed by gloo's thread instead, a DDP comm hook's callbacks (fp16
+  // decompression, PowerSGD's matmuls and its own all-reduces) would run on that thread,
+  // unseen by the caller's profilers and recorders.
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
     std::lock_guard<std::mutex> lock(fut_mu_);
     if (!fut_) {
       auto inner_fut = inner_->getFuture();
-      auto map = map_;
-      auto post = post_;
-      // Captures no reference to this Work (the future outlives nothing here).
-      fut_ = inner_fut->then(
-          [map, post](c10::ivalue::Future& f) -> c10::IValue {
-            c10::IValue v = f.value();  // rethrows the collective's error
-            post->run();
-            return to_neuron(v, *map);
-          },
-          inner_fut->elementType());
+      fut_ = c10::make_intrusive<c10::ivalue::Future>(inner_fut->elementType());
+      try {
+        wait(kNoTimeout);
+        inner_fut->wait();
+        fut_->markCompleted(to_neuron(inner_fut->value(), *map_));  // value() rethrows its error
+      } catch (...) {
+        fut_->setError(std::current_exception());
+      }
     }
     return fut_;
   }

@@ -9,6 +9,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -123,6 +124,27 @@ def test_single_rank_group_uses_one_gloo_for_both_devices(single_rank_group):
     (v,) = w.get_future().wait()
     assert v.device.type == "neuron" and v.data_ptr() == ptr
     dist.barrier(device_ids=[0])
+
+
+def test_a_collectives_future_runs_callbacks_in_the_callers_thread_and_modes(single_rank_group):
+    # As NCCL's: a DDP comm hook's then() callbacks (fp16 decompression, PowerSGD's matmuls and
+    # all-reduces) run where they are added, seen by the caller's dispatch modes (profilers,
+    # readiness recordings) and under its autocast and grad mode, not on gloo's thread.
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Seen(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append((str(func), threading.current_thread() is threading.main_thread()))
+            return func(*args, **(kwargs or {}))
+
+    x = torch.ones(4, device="neuron")
+    with Seen():
+        fut = dist.all_reduce(x, async_op=True).get_future()
+        doubled = fut.then(lambda f: f.value()[0] * 2).wait()
+    assert doubled.device.type == "neuron" and torch.equal(doubled.cpu(), torch.full((4,), 2.0))
+    assert seen == [("c10d.allreduce_.default", True), ("aten.mul.Tensor", True)], seen
 
 
 def test_ddp_collects_time_stats_on_neuron(single_rank_group):

@@ -46,7 +46,11 @@ def _check(tmp_path, dry: bool, *args) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("args", [(), ("--unused", "--bucket-view")], ids=["buckets-no_sync", "unused-bucket_view"])
+@pytest.mark.parametrize(
+    "args",
+    [(), ("--unused", "--bucket-view"), ("--hook", "fp16"), ("--static-graph", "--hook", "powersgd")],
+    ids=["buckets-no_sync", "unused-bucket_view", "fp16_compress_hook", "static_graph-powerSGD"],
+)
 def test_a_ddp_dry_run_agrees_with_the_real_run(tmp_path, args):
     real, dry = _check(tmp_path, False, *args), _check(tmp_path, True, *args)
     assert real["verdict"] == dry["verdict"] == "runs natively"
