@@ -197,6 +197,26 @@ def test_linear_and_attention_under_inference_mode_count_their_matmuls():
     assert flops["inference_mode"] == flops["no_grad"] == {"float32": expected}
 
 
+def _matmul_bucket(n: int):
+    from torch_neuronx.readiness._record import Bucket, OpCall
+
+    b = Bucket()
+    b.ops[OpCall("aten::mm", "bfloat16", "tensor", 2 * n**3, 3 * 2 * n**2, 3)] = 1
+    return b
+
+
+def test_the_step_estimate_leaves_out_the_first_step_of_several():
+    from torch_neuronx.readiness._record import Recording
+
+    # the first step also builds the model and optimizer state: here 8x the others' matmul work
+    big, small = _matmul_bucket(8192), _matmul_bucket(4096)
+    for n_steps, buckets in ((2, [big, small]), (3, [big, small, small])):
+        est = _estimate.estimate([Recording(rank=0, steps=n_steps, buckets=buckets)], "trn2", 2)
+        assert est["step_seconds"] == est["bucket_seconds"][1] < est["bucket_seconds"][0] / 4
+    alone = _estimate.estimate([Recording(rank=0, steps=1, buckets=[big])], "trn2", 2)
+    assert alone["step_seconds"] == alone["bucket_seconds"][0]  # the only step is the estimate
+
+
 # -- communication overlap -------------------------------------------------------------
 def _bucket_with(collective_bytes: int, asynchronous: bool):
     from torch_neuronx.readiness._record import Bucket, CollectiveCall, OpCall, Recording

@@ -215,7 +215,8 @@ def estimate(
     """Estimate of the recorded ranks' run on `chip` at `lnc` (on `instance`, for its NeuronLink).
 
     The step time is the slowest rank's (data-parallel ranks wait for each other);
-    with detected steps, the median step (the first one also builds the model).
+    with detected steps, the median step after the first (which also builds the model), or
+    the only one.
     Without a figure the model needs, the entry holds `missing` (why) and no times.
     """
     try:
@@ -357,7 +358,10 @@ def _rank_estimate(rec, fig: dict, prec: str) -> dict:
     times = _bucket_times(buckets, rec.graph_parts, fig, prec)
     seconds = [t.seconds for t in times]
     if n_steps:
-        step_seconds, i = _median_bucket(seconds[:n_steps])
+        # the first step also builds the model and the optimizer's state: of several, left out
+        first = 1 if n_steps > 1 else 0
+        step_seconds, i = _median_bucket(seconds[first:n_steps])
+        i += first
         scope, times = [buckets[i]], [times[i]]  # the breakdown is of the median step
     else:
         step_seconds = sum(seconds)

@@ -296,6 +296,8 @@ def _estimates(d) -> list:
         rows.append(where + [fmt_s(e["step_seconds"]), _fmt_mfu(e)] + shares + [hidden, e["dominant"]])
     ests = [e for e in d["estimates"] if not e["missing"]]
     scope = "whole run (no optimizer step seen)" if ests and not ests[0]["per_step"] else "median optimizer step"
+    if scope == "median optimizer step" and d["steps"] > 1:
+        scope += " after the first (which also builds the model and the optimizer's state)"
     out = [
         (
             "Estimated time on Trainium",
