@@ -354,3 +354,19 @@ def test_a_bin_index_a_dry_run_cannot_stand_in_for_is_named_with_the_fix(tmp_pat
     assert "save the checkpoint again with torch.save, or as safetensors" in a["reason"]
     assert b["class"] is None and b["path"] == str(unet)
     assert "diffusion_pytorch_model.bin.index.json only with from_pretrained(..., use_safetensors=False)" in b["reason"]
+
+
+def test_an_absent_bin_shard_a_script_reads_gets_the_way_out(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    part = tmp_path / "part"
+    part.mkdir()
+    shards = _save_bin_shards(_llama(part), part)
+    os.remove(part / shards[1])
+    (_, stand_in), _ = _stand_ins(["python", str(part)], str(tmp_path / "s"))
+    # in process no stand-in is made; on the stand-in, use_safetensors=False reads the .bin index
+    for path, kw in ((part, {}), (stand_in, {"use_safetensors": False})):
+        with pytest.raises(FileNotFoundError, match=shards[1]) as info:
+            with torch_neuronx.readiness(dry_run=True):
+                AutoModelForCausalLM.from_pretrained(str(path), **kw)
+        assert any("check --dry-run" in n and "use_safetensors=False" in n for n in info.value.__notes__)

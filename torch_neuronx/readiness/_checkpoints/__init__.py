@@ -159,6 +159,7 @@ _NO_WEIGHTS_HINT = (
 
 def _note_missing_weights(exc: BaseException) -> None:
     """Add the dry run's way out to transformers' or diffusers' error for a directory without weights."""
+    _bin_shards.note_absent_shard(exc)
     if (
         isinstance(exc, OSError)
         and str(exc).startswith("Error no file named")

@@ -123,3 +123,20 @@ def stand_in(path: str, dest: str, meta_model) -> list:
         json.dump({"metadata": {"total_size": nbytes}, "weight_map": safe_map}, f)
     what += f"; every shard stood in as header-only safetensors under {_SAFE_INDEX}, with the same tensors"
     return [_headers.record(path, what, model, dtype, dtype_from, nbytes)]
+
+
+_ABSENT_SHARD_HINT = (
+    "A dry run needs no weights: with the directory as an argument of the command of `torch-neuronx check "
+    "--dry-run`, transformers loads header-only safetensors in place of the absent .bin shards its "
+    "pytorch_model.bin.index.json names, unless from_pretrained is given use_safetensors=False (leave it out)."
+)
+
+
+def note_absent_shard(exc: BaseException) -> None:
+    """Add the dry run's way out to the error for a ``.bin`` shard that an index names and that is absent."""
+    name = getattr(exc, "filename", None)
+    if not (isinstance(exc, FileNotFoundError) and isinstance(name, str) and name.endswith(".bin")):
+        return
+    if os.path.isfile(os.path.join(os.path.dirname(name), "pytorch_model.bin.index.json")):
+        if _ABSENT_SHARD_HINT not in getattr(exc, "__notes__", ()):
+            exc.add_note(_ABSENT_SHARD_HINT)
