@@ -272,3 +272,101 @@ def test_check_dry_run_of_a_pipeline_without_unet_weights_and_a_config_no_librar
     assert f"{other}: no stand-in ({other / 'config.json'} names no model of a library" in captured.err
     assert f"weights absent   {pipe / 'unet'}: config.json and no weight files; loaded as UNet2DC" in captured.out
     assert rep["memory"][0]["peak_allocated"] >= unet["bytes"]
+
+
+def _save_bin_shards(model, path, n=3, **save_kw) -> list:
+    """``model``'s config and its weights as ``n`` ``.bin`` shards with ``pytorch_model.bin.index.json``, as
+    transformers before 5 saved them (``safe_serialization=False``; 5 writes safetensors only); the shard names."""
+    model.config.save_pretrained(path)
+    state = model.state_dict()
+    names, weight_map, shards = list(state), {}, []
+    per = -(-len(names) // n)
+    for i in range(n):
+        shards.append(f"pytorch_model-{i + 1:05d}-of-{n:05d}.bin")
+        part = {k: state[k].clone() for k in names[i * per : (i + 1) * per]}
+        torch.save(part, path / shards[-1], **save_kw)
+        weight_map.update(dict.fromkeys(part, shards[-1]))
+    total = sum(t.numel() * t.element_size() for t in state.values())
+    (path / "pytorch_model.bin.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map})
+    )
+    return shards
+
+
+def _loaded(path) -> dict:
+    """name -> (dtype, shape) of every parameter of the causal LM transformers loads from ``path``."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path)
+    return {k: (v.dtype, tuple(v.shape)) for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("kept", [0, 1], ids=["all-absent", "one-present"])
+def test_a_sharded_bin_checkpoint_whose_index_names_absent_shards(tmp_path, kept):
+    real, part = tmp_path / "real", tmp_path / "part"
+    real.mkdir()
+    # with one shard present the config names no dtype: transformers takes the first shard's, so must the stand-in
+    model = _llama(real, **({} if kept else {"dtype": "bfloat16"})).to(torch.bfloat16)
+    if kept:
+        model.config.dtype = None
+    shards = _save_bin_shards(model, real)
+    os.system(f"cp -r {real} {part}")
+    for s in shards[kept:]:
+        os.remove(part / s)
+    (_, stand_in), absent = _stand_ins(["python", str(part)], str(tmp_path / "s"))
+    (a,) = absent
+    source = "the shards present" if kept else "the config"
+    assert (a["class"], a["dtype"], a["dtype_from"]) == ("LlamaForCausalLM", "bfloat16", source)
+    assert a["absent"].startswith(f"{3 - kept} of the 3 shards pytorch_model.bin.index.json names")
+    assert "header-only safetensors under model.safetensors.index.json" in absent_text(a)
+    index = json.loads(open(os.path.join(stand_in, "model.safetensors.index.json")).read())["weight_map"]
+    bin_index = json.loads((real / "pytorch_model.bin.index.json").read_text())["weight_map"]
+    assert index == {
+        t: s.replace("pytorch_model", "model").replace(".bin", ".safetensors") for t, s in bin_index.items()
+    }
+    assert sorted(os.listdir(part)) == sorted(["config.json", "pytorch_model.bin.index.json"] + shards[:kept])
+    with torch_neuronx.readiness(dry_run=True):
+        dry = _loaded(stand_in)
+    assert dry == _loaded(str(real))  # the names, dtypes and shapes loading the real .bin shards gives
+
+    def load(dry):
+        from transformers import AutoModelForCausalLM
+
+        AutoModelForCausalLM.from_pretrained(stand_in if dry else str(real)).to("neuron")
+
+    real_peak, dry_peak = _peak(load)
+    assert dry_peak == real_peak > 0
+
+
+def test_a_bin_index_a_dry_run_cannot_stand_in_for_is_named_with_the_fix(tmp_path):
+    legacy, unet = tmp_path / "legacy", tmp_path / "unet"
+    legacy.mkdir()
+    # a present shard in torch.save's pre-zip format cannot be read without reading its data
+    shards = _save_bin_shards(_llama(legacy), legacy, _use_new_zipfile_serialization=False)
+    os.remove(legacy / shards[-1])
+    _unet().save_pretrained(unet, safe_serialization=False, max_shard_size="1MB")
+    os.remove(unet / "diffusion_pytorch_model-00001-of-00004.bin")
+    cmd = ["python", str(legacy), str(unet)]
+    out, (a, b) = _stand_ins(cmd, str(tmp_path / "s"))
+    assert out == cmd  # neither replaced: the script gets its own directories
+    assert a["class"] is None and a["absent"].startswith("1 of the 3 shards pytorch_model.bin.index.json names")
+    assert f"ValueError: {legacy / shards[0]} cannot be read without its data" in absent_text(a)
+    assert "save the checkpoint again with torch.save, or as safetensors" in a["reason"]
+    assert b["class"] is None and b["path"] == str(unet)
+    assert "diffusion_pytorch_model.bin.index.json only with from_pretrained(..., use_safetensors=False)" in b["reason"]
+
+
+def test_an_absent_bin_shard_a_script_reads_gets_the_way_out(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    part = tmp_path / "part"
+    part.mkdir()
+    shards = _save_bin_shards(_llama(part), part)
+    os.remove(part / shards[1])
+    (_, stand_in), _ = _stand_ins(["python", str(part)], str(tmp_path / "s"))
+    # in process no stand-in is made; on the stand-in, use_safetensors=False reads the .bin index
+    for path, kw in ((part, {}), (stand_in, {"use_safetensors": False})):
+        with pytest.raises(FileNotFoundError, match=shards[1]) as info:
+            with torch_neuronx.readiness(dry_run=True):
+                AutoModelForCausalLM.from_pretrained(str(path), **kw)
+        assert any("check --dry-run" in n and "use_safetensors=False" in n for n in info.value.__notes__)

@@ -6,7 +6,7 @@ header-only safetensors files (every tensor's name, dtype and shape; no data) wh
 absent. One module per library that claims a directory: transformers (``config.json`` with a
 ``model_type``), diffusers (``config.json`` with a ``_class_name``, or a pipeline's
 ``model_index.json``), PEFT (``adapter_config.json``), and any of them sharded with an index that
-names absent shards. A config-only directory none claims is reported, not replaced. What a dry
+names absent shards (safetensors, or ``.bin`` stood in as safetensors). A config-only directory none claims is reported, not replaced. What a dry
 run saves is written header-only the same way (``_saving``).
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from . import _diffusers, _headers, _peft, _shards, _transformers
+from . import _bin_shards, _diffusers, _headers, _peft, _shards, _transformers
 from ._transformers import header_only_checkpoint
 
 __all__ = ["header_only_checkpoint"]
@@ -41,6 +41,8 @@ def _kind_of_dir(path: str) -> str | None:
         return "peft"
     if _shards.absent(path) is not None:
         return "shards"
+    if _bin_shards.absent(path) is not None:
+        return "bin-shards"
     if _headers.has_weights(path) or not os.path.isfile(os.path.join(path, "config.json")):
         return None
     return "transformers" if _transformers.claims(path) else "diffusers" if _diffusers.claims(path) else "unknown"
@@ -111,6 +113,8 @@ class _Planner:
             return _peft.stand_in(path, dest, _meta_base, self._base_stand_in(path))
         if kind == "shards":
             return _shards.stand_in(path, dest, _meta_model)
+        if kind == "bin-shards":
+            return _bin_shards.stand_in(path, dest, _meta_model)
         if kind == "transformers":
             return _transformers.stand_in(path, dest, class_name)
         return _diffusers.stand_in(path, dest)
@@ -155,6 +159,7 @@ _NO_WEIGHTS_HINT = (
 
 def _note_missing_weights(exc: BaseException) -> None:
     """Add the dry run's way out to transformers' or diffusers' error for a directory without weights."""
+    _bin_shards.note_absent_shard(exc)
     if (
         isinstance(exc, OSError)
         and str(exc).startswith("Error no file named")

@@ -39,6 +39,17 @@ def _dtype(path: str, present: list, model_dtype, named: bool):
     return model_dtype, "the config" if named else None
 
 
+def check_known(index: str, model, state: dict, missing: dict) -> None:
+    """Raise LookupError naming the tensors ``missing`` (shard -> names) that ``model``'s ``state`` lacks."""
+    unknown = sorted(t for names in missing.values() for t in names if t not in state)
+    if unknown:
+        raise LookupError(
+            f"{index} assigns tensors that {type(model).__name__}, built from config.json, does not have: "
+            + ", ".join(unknown[:5])
+            + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        )
+
+
 def stand_in(path: str, dest: str, meta_model) -> list:
     """``dest``: ``path`` (linked) plus header-only files for its absent shards, each with the
     tensors the index assigns it, their shapes those of the model its config builds (``meta_model``)."""
@@ -47,13 +58,7 @@ def stand_in(path: str, dest: str, meta_model) -> list:
     present = sorted(set(weight_map.values()) - set(missing))
     dtype, dtype_from = _dtype(path, present, model_dtype, named)
     state = model.to(dtype).state_dict()
-    unknown = sorted(t for names in missing.values() for t in names if t not in state)
-    if unknown:
-        raise LookupError(
-            f"{index} assigns tensors that {type(model).__name__}, built from config.json, does not have: "
-            + ", ".join(unknown[:5])
-            + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
-        )
+    check_known(index, model, state, missing)
     _headers.mirror(path, dest, skip=missing)
     nbytes = sum(
         _headers.write_file(os.path.join(dest, s), {t: state[t] for t in names}) for s, names in missing.items()
