@@ -56,6 +56,20 @@ def test_a_dry_run_of_save_pretrained_writes_the_real_files_without_data(tmp_pat
     assert "Files saved without data" in report.to_markdown() and str(dry / shards[0]) in str(report)
 
 
+def test_a_dry_runs_tensors_have_data_pointers_as_real_ones_and_saving_warns_of_none(tmp_path):
+    import warnings
+
+    with torch_neuronx.readiness(dry_run=True):
+        w = torch.empty(4, 8, device="neuron")
+        row, other = w[1], torch.empty(4, 8, device="neuron")
+        assert row.data_ptr() == w.data_ptr() + 8 * w.element_size() != 0  # a view: its storage's, offset
+        assert other.data_ptr() != w.data_ptr()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _save(tmp_path, dry=True)  # transformers compares the tied weights' data pointers
+    assert not [str(c.message) for c in caught if "data pointer of FakeTensor" in str(c.message)]
+
+
 def test_safetensors_save_to_bytes_in_a_dry_run_says_why_it_cannot():
     from safetensors.torch import save
 

@@ -169,7 +169,7 @@ class DryExecutor:
         self._taps += [_tp.BufferStorageTap(), _tp.ParameterClassTap(), ObjectCollectivesTap(self.known.assumed)]
         self._taps += [_tp.SwapTap(self.known._forget), _tp.DataSetterTap(self.known.share), _tp.ModuleConversionTap()]
         self.saved: list = []  # the files written without data, as the report lists them
-        self._taps += [_tp.StoragePointerTap(), SaveTap(self.saved.append), TorchSaveTap()]
+        self._taps += [_tp.StoragePointerTap(), _tp.FakeDataPointerTap(), SaveTap(self.saved.append), TorchSaveTap()]
         self._kept_taps = len(self._taps)  # the thread tap, after them, is made anew at each start
         # Threads the script starts run ops here too (and storages die in any thread).
         self._lock = threading.RLock()

@@ -560,6 +560,22 @@ class StoragePointerTap(_AttributeTap):
         return data_ptr
 
 
+class FakeDataPointerTap(_AttributeTap):
+    """A fake tensor's ``data_ptr()`` in a dry run: its storage's pointer (``StoragePointerTap``)
+    plus its offset, as a real tensor's is. transformers' ``save_pretrained`` compares the data
+    pointers of tensors that share a storage (tied weights) to tell identical ones from disjoint
+    views; PyTorch's own answer for a fake tensor is the meta storage's 0, with a deprecation
+    warning printed in the middle of the user's save."""
+
+    _owner, _name = FakeTensor, "data_ptr"
+
+    def _replacement(self):
+        def data_ptr(t):
+            return t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
+
+        return data_ptr
+
+
 class BufferStorageTap(_AttributeTap):
     """Makes ``UntypedStorage.from_buffer`` a real host storage in a dry run.
 
@@ -798,6 +814,8 @@ PATCH_POINTS = (
      "torch._C:StorageBase.from_buffer"),
     ("UntypedStorage.data_ptr replaced on the class", "StoragePointerTap", "2.13.0",
      "torch._C:StorageBase.data_ptr"),
+    ("FakeTensor.data_ptr set on the class (inherited from TensorBase)", "FakeDataPointerTap", "2.13.0",
+     "torch._C:TensorBase.data_ptr"),
     ("safetensors.torch._flatten_as_ptr replaced on its module", "_checkpoints._saving.SaveTap",
      "safetensors 0.8.0", "safetensors.torch:_flatten_as_ptr"),
     ("safetensors.torch.serialize_file replaced on its module", "_checkpoints._saving.SaveTap",
