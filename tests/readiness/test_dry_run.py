@@ -410,6 +410,29 @@ def test_in_process_dry_run_as_one_rank_of_a_larger_job():
         torch_neuronx.readiness(rank=1, world_size=2)
 
 
+def test_a_wait_returns_its_collectives_buffer_counted_once():
+    """On the device a wait returns the tensor its collective wrote; the fake mode makes a new one.
+    A caller that keeps both (ring attention's all-to-all rotater keeps the collective's result and
+    reads the wait's) holds one buffer, until the last of the two dies."""
+    import torch.distributed as dist
+
+    functional = torch.ops._c10d_functional
+    with torch_neuronx.readiness(dry_run=True, rank=0, world_size=2):
+        dist.init_process_group("neuron")
+        x = torch.empty(1 << 20, device="neuron")  # 4 MiB; gathered from 2 ranks: 8 MiB
+        base = torch.neuron.memory_allocated()
+        gathered = functional.all_gather_into_tensor(x, 2, dist.group.WORLD.group_name)
+        waited = functional.wait_tensor(gathered)
+        held = [torch.neuron.memory_allocated() - base]
+        del gathered
+        held.append(torch.neuron.memory_allocated() - base)
+        doubled = waited * 2  # an op on the wait's result is device work: its output is reserved
+        held.append(torch.neuron.memory_allocated() - base)
+        del waited, doubled
+        held.append(torch.neuron.memory_allocated() - base)
+    assert held == [8 << 20, 8 << 20, 16 << 20, 0]
+
+
 def test_threads_the_script_starts_run_dry_too():
     # Dispatch modes are per thread; a loader thread's ops must not allocate for real.
     import threading

@@ -41,6 +41,7 @@ from ._record import MemoryCategory
 from ._values import Values, ValueUnknownError
 
 _aten = torch.ops.aten
+_WAIT_TENSOR = torch.ops._c10d_functional.wait_tensor.default
 # Host (CPU) ops on real inputs whose results are under this size run for real, so small
 # host work keeps its values: a DeviceMesh's rank table, a sampler's permutation, token
 # counts. Larger host tensors (a model built on CPU before it moves) are fake too.
@@ -158,6 +159,8 @@ class DryExecutor:
         self.values = Values()
         self.known = KnownValues()
         self._refs: dict = {}  # storage key -> weakref to the storage
+        # storage key -> (key and storage of the reservation whose memory it is, weakref to it)
+        self._aliases: dict = {}
         self._modules: weakref.WeakSet = weakref.WeakSet()
         self._optimizers: weakref.WeakSet = weakref.WeakSet()
         # id(parameter) -> [(module ref, name)] it was registered as; not a weak reference to the
@@ -263,9 +266,30 @@ class DryExecutor:
         reads none is metadata work on fakes a library made for it (or a factory, which the
         mode above accounts)."""
         with self._lock:
-            live = self.ledger.live
-            if any(_tp.storage_key(t)[0] in live for t in _tp.fake_inputs(args, kwargs)):
+            if not any(self._held(_tp.storage_key(t)[0]) for t in _tp.fake_inputs(args, kwargs)):
+                return
+            if func is _WAIT_TENSOR and isinstance(out, _tp.FakeTensor):
+                self._same_memory(out, args[0])
+            else:
                 self._account_outputs(func, out)
+
+    def _same_memory(self, t, of) -> None:
+        """`t` is the memory of `of`, which the run holds: a wait returns the buffer its collective
+        wrote (on the device, the same tensor), where the fake mode makes a new one. No new
+        reservation: `of`'s storage is kept while `t`'s lives, so the memory is released when the
+        last of them dies, as the device's would be (counted twice, a caller that keeps both, as
+        ring attention's all-to-all rotater does, would hold the buffer twice)."""
+        key, st = _tp.storage_key(t)
+        of_key, of_st = _tp.storage_key(of)
+        if key in self.ledger.live or key in self._aliases:
+            return
+        if of_key in self._aliases:  # a wait on a wait's result
+            of_key, of_st, _ = self._aliases[of_key]
+        self._aliases[key] = (of_key, of_st, weakref.ref(st, lambda _r: self._aliases.pop(key, None)))
+
+    def _held(self, key) -> bool:
+        """Whether the run holds the storage `key` (its own reservation, or another's memory)."""
+        return key in self.ledger.live or key in self._aliases
 
     def _account_outputs(self, func, out) -> None:
         """Reserves each new neuron storage among an op's outputs, as the device's allocator would."""
@@ -274,7 +298,7 @@ class DryExecutor:
             if not isinstance(t, _tp.FakeTensor) or t.device.type != "neuron":
                 continue
             key, st = _tp.storage_key(t)
-            if key in self.ledger.live:
+            if self._held(key):
                 continue
             if name is None:
                 name = func.name()
@@ -326,7 +350,8 @@ class DryExecutor:
             if isinstance(t, torch.Tensor):
                 t = _tp.local(t)
                 if t.device.type == "neuron":
-                    cat.setdefault(_tp.storage_key(t)[0], c)
+                    key = _tp.storage_key(t)[0]
+                    cat.setdefault(self._aliases[key][0] if key in self._aliases else key, c)
 
         params = []
         for m in list(self._modules):
