@@ -30,19 +30,13 @@ _FLOATS = ("float32", "bfloat16", "float16", "float64")
 def absent(path: str):
     """(the index's file name, its weight map, absent shard -> the tensors the index assigns it),
     or None when no ``.bin`` index the loaders would read names an absent shard."""
-    for name, (preferred, _) in _INDEXES.items():
-        if any(os.path.isfile(os.path.join(path, p)) for p in preferred):
-            continue  # the loaders read the safetensors weights (or _shards stands in for them)
-        weight_map = (_headers.read_json(os.path.join(path, name)) or {}).get("weight_map")
-        if not isinstance(weight_map, dict):
-            continue
-        missing = collections.defaultdict(list)
-        for tensor, shard in weight_map.items():
-            if not os.path.isfile(os.path.join(path, shard)):
-                missing[shard].append(tensor)
-        if missing:
-            return name, weight_map, dict(missing)
-    return None
+    read = [
+        name
+        for name, (preferred, _) in _INDEXES.items()
+        # with safetensors weights beside it, the loaders read those (or _shards stands in for them)
+        if not any(os.path.isfile(os.path.join(path, p)) for p in preferred)
+    ]
+    return _shards.absent(path, read)
 
 
 def _what(index: str, weight_map: dict, missing: dict) -> str:

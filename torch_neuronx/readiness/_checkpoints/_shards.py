@@ -11,10 +11,10 @@ _INDEXES = ("model.safetensors.index.json", "diffusion_pytorch_model.safetensors
 _FLOATS = ("float32", "bfloat16", "float16", "float64")
 
 
-def absent(path: str):
-    """(the index's file name, its weight map, absent shard -> the tensors the index assigns it),
-    or None when no index names an absent shard."""
-    for name in _INDEXES:
+def absent(path: str, indexes=_INDEXES):
+    """(the index's file name, its weight map, absent shard -> the tensors the index assigns it)
+    of the first of ``indexes`` in ``path`` that names an absent shard, or None."""
+    for name in indexes:
         weight_map = (_headers.read_json(os.path.join(path, name)) or {}).get("weight_map")
         if not isinstance(weight_map, dict):
             continue
