@@ -3,10 +3,11 @@ what collectives return when every rank is taken to hold this rank's values.
 
 A dry run computes no data, but some tensors are small and made from values the script has: a
 parameter count or a shape table moved to the device (DDP's check that every rank built the same
-model), a seed, a flag. For those (under 64 KiB) the dry run keeps a host copy of the value, and
-computes ops whose inputs it all knows on those copies, so a library that reads them back (``item()``,
-``.cpu()``, ``copy_`` into a host tensor) gets real values. Collectives cannot know the other ranks'
-data; the rule a dry run follows, listed in the report with each collective's source line, is that
+model), a seed, a flag, a factory's result (position ids made with ``arange``). For those (under
+64 KiB) the dry run keeps a host copy of the value, and computes ops whose inputs it all knows on
+those copies, so a library that reads them back (``item()``, ``.cpu()``, ``copy_`` into a host
+tensor) gets real values. Collectives cannot know the other ranks' data; the rule a dry run
+follows, listed in the report with each collective's source line, is that
 **every rank holds this rank's values**: an all-gather returns this rank's input from every rank, a
 broadcast leaves this rank's tensor as it is, a sum all-reduce multiplies by the group size and a
 min, max or average all-reduce returns it unchanged. Object collectives (``all_gather_object``,
