@@ -226,8 +226,6 @@ CASES = {
     "hf-trainer-ddp": Case(
         _torchrun(SCRIPTS / "trainer_ddp.py", "{out}"),
         ranks=2,
-        xfail="the dry run's peak is 2.3% above the real run's on both ranks (2209796 vs 2160644 bytes: 48 KiB "
-        "more activations and temporaries at its peak); cause not found yet",
     ),
     "trl-sft": Case(
         _python(

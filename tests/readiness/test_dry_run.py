@@ -717,3 +717,37 @@ def test_a_tied_weight_built_on_the_host_stays_tied_when_the_module_moves():
     real, dry = run(False), run(True)
     assert abs(dry - real) <= 0.01 * real, (dry, real)
     assert torch.nn.Module._apply.__module__ == "torch.nn.modules.module"  # the tap is gone after it
+
+
+def test_a_causal_lm_keeps_the_real_runs_activations_when_its_positions_are_known():
+    """transformers builds no causal mask, and does not repeat grouped key/value heads, once it has
+    read that each row's position ids are one sequence; for a fake tensor it takes a compiler trace's
+    path instead (it reads no value), unless the dry run has the values. Position ids made on the
+    device with ``arange`` are known, so a forward keeps what the real run's keeps."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.utils import import_utils
+
+    config = LlamaConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+
+    def run(dry):
+        torch.manual_seed(0)
+        with torch_neuronx.readiness(dry_run=dry):
+            model = LlamaForCausalLM(config).to("neuron")
+            ids = (torch.arange(32) % 128).repeat(2, 1).to("neuron")
+            before = torch.neuron.memory_allocated()
+            logits = model(input_ids=ids, use_cache=False).logits  # holds what its backward needs
+            kept = torch.neuron.memory_allocated() - before
+            positions = torch.arange(4, device="neuron").cpu().tolist()
+        del logits
+        return kept, positions
+
+    real, dry = run(False), run(True)
+    assert dry == real and real[1] == [0, 1, 2, 3], (dry, real)
+    assert not hasattr(import_utils.is_fake_tensor, "__wrapped__")  # the tap is gone after it

@@ -3,10 +3,11 @@ what collectives return when every rank is taken to hold this rank's values.
 
 A dry run computes no data, but some tensors are small and made from values the script has: a
 parameter count or a shape table moved to the device (DDP's check that every rank built the same
-model), a seed, a flag. For those (under 64 KiB) the dry run keeps a host copy of the value, and
-computes ops whose inputs it all knows on those copies, so a library that reads them back (``item()``,
-``.cpu()``, ``copy_`` into a host tensor) gets real values. Collectives cannot know the other ranks'
-data; the rule a dry run follows, listed in the report with each collective's source line, is that
+model), a seed, a flag, a factory's result (position ids made with ``arange``). For those (under
+64 KiB) the dry run keeps a host copy of the value, and computes ops whose inputs it all knows on
+those copies, so a library that reads them back (``item()``, ``.cpu()``, ``copy_`` into a host
+tensor) gets real values. Collectives cannot know the other ranks' data; the rule a dry run
+follows, listed in the report with each collective's source line, is that
 **every rank holds this rank's values**: an all-gather returns this rank's input from every rank, a
 broadcast leaves this rank's tensor as it is, a sum all-reduce multiplies by the group size and a
 min, max or average all-reduce returns it unchanged. Object collectives (``all_gather_object``,
@@ -29,6 +30,14 @@ from . import _torch_private as _tp
 
 _LIMIT = 64 << 10  # bytes: values kept per tensor
 _c10d = torch.ops.c10d
+_aten = torch.ops.aten
+# Factories whose values follow from their Python arguments alone (not empty, not random): a
+# model's position ids (``torch.arange(seq, device=...)``) are known, as in a real run.
+_FACTORIES = frozenset((
+    _aten.arange.default, _aten.arange.start, _aten.arange.start_step, _aten.full.default,
+    _aten.zeros.default, _aten.ones.default, _aten.scalar_tensor.default, _aten.linspace.default,
+    _aten.eye.default, _aten.eye.m,
+))  # fmt: skip
 _ALLREDUCE = {"sum": lambda v, n: v * n, "avg": lambda v, n: v, "max": lambda v, n: v, "min": lambda v, n: v,
               "product": lambda v, n: v**n, "band": lambda v, n: v, "bor": lambda v, n: v}  # fmt: skip
 
@@ -106,8 +115,9 @@ class KnownValues:
             self._collective(func, args, out)
             return None
         leaves = list(_tp.leaves(args, kwargs))
-        if func.namespace != "aten" or not any(
-            (id(a) in self._known) if isinstance(a, _tp.FakeTensor) else _plain(a) for a in leaves
+        if func not in _FACTORIES and (
+            func.namespace != "aten"
+            or not any((id(a) in self._known) if isinstance(a, _tp.FakeTensor) else _plain(a) for a in leaves)
         ):
             return None  # the common case: nothing known among the inputs
         if any(isinstance(a, torch.nn.Parameter) for a in leaves):
@@ -216,3 +226,40 @@ class KnownValues:
             ValueRead(site, op, "every rank's data taken as this rank's", n, assumed=True)
             for (site, op), n in self.assumed.most_common()
         ]
+
+
+class TracingCheckTap:
+    """Lets transformers read a dry run's tensors whose values the dry run has, as it reads them in a
+    real run: ``is_tracing(t)`` is true of every fake tensor (its ``is_fake_tensor``), and where it is,
+    transformers takes the path of a compiler's trace, which must not read values. A causal LM then
+    builds its attention mask and repeats its key/value heads for attention (grouped-query
+    attention), where a real run, having checked that its position ids are one unpacked sequence,
+    uses the attention kernel's causal flag: a dry run's peak would hold memory a real run's does
+    not. Here a fake tensor with known values (``has_values``) is not taken for a trace; one without
+    still is, so transformers keeps the path that reads nothing. transformers' module is patched if
+    it is imported when the dry run starts (the rank launcher imports what the script imports
+    first), for the dry run only."""
+
+    def __init__(self, has_values):
+        self._has_values = has_values
+        self._module = None
+
+    def install(self) -> None:
+        import sys
+
+        module = sys.modules.get("transformers.utils.import_utils")
+        if module is None or not hasattr(module, "is_fake_tensor"):
+            return
+        orig, has_values = module.is_fake_tensor, self._has_values
+
+        def is_fake_tensor(x) -> bool:
+            return orig(x) and not has_values(x)
+
+        is_fake_tensor.__wrapped__ = orig
+        module.is_fake_tensor = is_fake_tensor
+        self._module = module
+
+    def remove(self) -> None:
+        if self._module is not None:
+            self._module.is_fake_tensor = self._module.is_fake_tensor.__wrapped__
+            self._module = None
