@@ -168,6 +168,18 @@ def _kernel_scratch_counts_in_the_real_run(real: Run, dry: Run):
         assert pd[k] < v <= 1.02 * pd[k], (pr, pd)
 
 
+def _transformers_takes_a_traces_path_for_fake_tensors(real: Run, dry: Run):
+    """transformers' ``is_tracing`` is true of every fake tensor, so in a dry run a causal LM takes a
+    compiler trace's path, which reads no values: it builds the causal mask and repeats the grouped
+    key/value heads for attention, where the real run reads that each row's position ids are one
+    sequence and uses the kernel's causal flag. The dry run's peak holds those (48 KiB more on each
+    rank, 2.3%), as an upper bound; transformers is not patched."""
+    pr, pd = _peaks(real), _peaks(dry)
+    assert pr.keys() == pd.keys()
+    for k, v in pr.items():
+        assert v < pd[k] <= 1.03 * v, (pr, pd)
+
+
 def _moe_routing_is_data(real: Run, dry: Run):
     """Each rank counts the tokens its router sends to every expert (`bincount`) and exchanges the
     counts to size the uneven all-to-all: the counts are the data, which a dry run does not have,
@@ -226,6 +238,7 @@ CASES = {
     "hf-trainer-ddp": Case(
         _torchrun(SCRIPTS / "trainer_ddp.py", "{out}"),
         ranks=2,
+        differs={"peak_memory": _transformers_takes_a_traces_path_for_fake_tensors},
     ),
     "trl-sft": Case(
         _python(

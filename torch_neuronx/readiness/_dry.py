@@ -33,7 +33,7 @@ from ..distributed import backend as _c10d_backend
 from . import _torch_private as _tp
 from ._checkpoints._saving import SaveTap, TorchSaveTap
 from ._cost import PRIM_DEVICE
-from ._known import KnownValues, TracingCheckTap
+from ._known import KnownValues
 from ._ledger import StorageLedger, StorageRecord
 from ._objects import ObjectCollectivesTap
 from ._observers.fallbacks import WouldBeFallbacks
@@ -173,7 +173,6 @@ class DryExecutor:
         self._taps += [_tp.SwapTap(self.known._forget), _tp.DataSetterTap(self.known.share), _tp.ModuleConversionTap()]
         self.saved: list = []  # the files written without data, as the report lists them
         self._taps += [_tp.StoragePointerTap(), _tp.FakeDataPointerTap(), SaveTap(self.saved.append), TorchSaveTap()]
-        self._taps.append(TracingCheckTap(lambda t: self.known.value(t) is not None))
         self._kept_taps = len(self._taps)  # the thread tap, after them, is made anew at each start
         # Threads the script starts run ops here too (and storages die in any thread).
         self._lock = threading.RLock()

@@ -822,8 +822,6 @@ PATCH_POINTS = (
      "safetensors 0.8.0", "safetensors.torch:serialize_file"),
     ("safetensors.torch.serialize replaced on its module", "_checkpoints._saving.SaveTap",
      "safetensors 0.8.0", "safetensors.torch:serialize"),
-    ("transformers' is_fake_tensor replaced on its module", "_known.TracingCheckTap", "transformers 5.23.0",
-     "transformers.utils.import_utils:is_fake_tensor"),
     ("torch.save replaced on its module", "_checkpoints._saving.TorchSaveTap", "2.13.0", "torch:save"),
     ("c10d's object collectives replaced on their modules", "_objects.ObjectCollectivesTap", "2.13.0",
      "torch.distributed.distributed_c10d:scatter_object_list"),
