@@ -6,8 +6,9 @@ header-only safetensors files (every tensor's name, dtype and shape; no data) wh
 absent. One module per library that claims a directory: transformers (``config.json`` with a
 ``model_type``), diffusers (``config.json`` with a ``_class_name``, or a pipeline's
 ``model_index.json``), PEFT (``adapter_config.json``), and any of them sharded with an index that
-names absent shards (safetensors, or ``.bin`` stood in as safetensors). A config-only directory none claims is reported, not replaced. What a dry
-run saves is written header-only the same way (``_saving``).
+names absent shards (safetensors, or ``.bin`` stood in as safetensors). A config-only directory
+none claims is reported, not replaced. What a dry run saves is written header-only the same way
+(``_saving``).
 """
 
 from __future__ import annotations
