@@ -24,7 +24,6 @@ _INDEXES = {
     ),
 }
 _SAFE_INDEX = "model.safetensors.index.json"
-_FLOATS = ("float32", "bfloat16", "float16", "float64")
 
 
 def absent(path: str):
@@ -37,11 +36,6 @@ def absent(path: str):
         if not any(os.path.isfile(os.path.join(path, p)) for p in preferred)
     ]
     return _shards.absent(path, read)
-
-
-def _what(index: str, weight_map: dict, missing: dict) -> str:
-    n = len(set(weight_map.values()))
-    return f"{len(missing)} of the {n} shards {index} names ({', '.join(sorted(missing))})"
 
 
 def _safe_name(shard: str) -> str:
@@ -67,17 +61,6 @@ def _present_tensors(path: str, shard: str) -> dict:
     return {k: torch.empty(v.shape, dtype=v.dtype, device="meta") for k, v in state.items() if torch.is_tensor(v)}
 
 
-def _absent_dtype(present: dict, model_dtype, named: bool):
-    """The absent shards' dtype: the one of most floating tensors in the present shards, else the config's."""
-    counts = collections.Counter(str(t.dtype).removeprefix("torch.") for t in present.values())
-    floats = [(n, d) for d, n in counts.items() if d in _FLOATS]
-    if floats:
-        import torch
-
-        return getattr(torch, max(floats)[1]), "the shards present"
-    return model_dtype, "the config" if named else None
-
-
 def _unread(path: str, what: str, reason: str) -> list:
     """The record of a directory not replaced: the script gets its own, and the report says why."""
     return [{"path": path, "absent": what, "class": None, "reason": reason}]
@@ -97,7 +80,7 @@ def stand_in(path: str, dest: str, meta_model) -> list:
     """``dest``: ``path`` (linked) plus a header-only safetensors shard for every shard the ``.bin`` index
     names and their ``model.safetensors.index.json``; shapes of the model ``meta_model(path)`` builds."""
     index, weight_map, missing = absent(path)
-    what = _what(index, weight_map, missing)
+    what = _shards.describe(index, weight_map, missing)
     if _INDEXES[index][1] == "diffusers":
         return _diffusers_record(path, what, index)
     # a present shard's tensors are what transformers would load from it, whatever the index says
@@ -106,7 +89,8 @@ def stand_in(path: str, dest: str, meta_model) -> list:
     except ValueError as e:
         return _unread(path, what, f"no stand-in could be built: ValueError: {e}")
     model, model_dtype, named = meta_model(path)
-    dtype, dtype_from = _absent_dtype({k: t for v in by_file.values() for k, t in v.items()}, model_dtype, named)
+    present = collections.Counter(str(t.dtype).removeprefix("torch.") for v in by_file.values() for t in v.values())
+    dtype, dtype_from = _shards.dtype_of([present], model_dtype, named)
     state = model.to(dtype).state_dict()
     _shards.check_known(index, model, state, missing)
     by_file.update({_safe_name(s): {t: state[t] for t in names} for s, names in missing.items()})

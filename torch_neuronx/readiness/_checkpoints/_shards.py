@@ -27,16 +27,23 @@ def absent(path: str, indexes=_INDEXES):
     return None
 
 
-def _dtype(path: str, present: list, model_dtype, named: bool):
-    """The shards' dtype: the one of most floating tensors in a present shard's header, else the config's."""
+def dtype_of(present_counts, model_dtype, named: bool):
+    """(the absent shards' dtype, where it came from): the one of most floating tensors in the
+    first present shard that has floating tensors (each of ``present_counts``: torch dtype name ->
+    tensors of it), else the config's (``named``: the config names one)."""
     import torch
 
-    for shard in present:
-        counts = _headers.read_dtypes(os.path.join(path, shard))
+    for counts in present_counts:
         floats = [(n, d) for d, n in counts.items() if d in _FLOATS]
         if floats:
             return getattr(torch, max(floats)[1]), "the shards present"
     return model_dtype, "the config" if named else None
+
+
+def describe(index: str, weight_map: dict, missing: dict) -> str:
+    """What the report says is absent: which of the shards the index names."""
+    n = len(set(weight_map.values()))
+    return f"{len(missing)} of the {n} shards {index} names ({', '.join(sorted(missing))})"
 
 
 def check_known(index: str, model, state: dict, missing: dict) -> None:
@@ -56,13 +63,12 @@ def stand_in(path: str, dest: str, meta_model) -> list:
     index, weight_map, missing = absent(path)
     model, model_dtype, named = meta_model(path)
     present = sorted(set(weight_map.values()) - set(missing))
-    dtype, dtype_from = _dtype(path, present, model_dtype, named)
+    counts = (_headers.read_dtypes(os.path.join(path, shard)) for shard in present)  # read as needed
+    dtype, dtype_from = dtype_of(counts, model_dtype, named)
     state = model.to(dtype).state_dict()
     check_known(index, model, state, missing)
     _headers.mirror(path, dest, skip=missing)
     nbytes = sum(
         _headers.write_file(os.path.join(dest, s), {t: state[t] for t in names}) for s, names in missing.items()
     )
-    n = len(set(weight_map.values()))
-    what = f"{len(missing)} of the {n} shards {index} names ({', '.join(sorted(missing))})"
-    return [_headers.record(path, what, model, dtype, dtype_from, nbytes)]
+    return [_headers.record(path, describe(index, weight_map, missing), model, dtype, dtype_from, nbytes)]
