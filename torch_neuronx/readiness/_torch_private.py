@@ -299,7 +299,7 @@ class ForeachTap:
 _ABSENT = object()  # an attribute an owner does not have itself (it inherits it)
 
 
-class _AttributeTap:
+class AttributeTap:
     """Replaces attribute `_name` of class or module `_owner`, for the dry run only, with what
     `_replacement()` makes (each tap reads the original it wraps there): `remove` puts back what
     the owner had itself, or deletes the attribute when it inherited it. Installing or removing
@@ -328,7 +328,7 @@ class _AttributeTap:
             self._installed = False
 
 
-class SwapTap(_AttributeTap):
+class SwapTap(AttributeTap):
     """Drops what the dry run keeps about two tensors before ``torch.utils.swap_tensors`` swaps
     them. ``Module.to`` swaps fake parameters, and swap_tensors refuses a tensor with a weak
     reference: the one by which the dry run keeps a small tensor's known values (a bias moved
@@ -352,7 +352,7 @@ class SwapTap(_AttributeTap):
         return swap_tensors
 
 
-class DataSetterTap(_AttributeTap):
+class DataSetterTap(AttributeTap):
     """Lets ``tensor.data = fake`` make a real host tensor the fake one's alias, as it makes a host
     tensor a device one in a real run; then ``on_alias(tensor, fake)``.
 
@@ -383,7 +383,7 @@ class DataSetterTap(_AttributeTap):
         return property(descr.__get__, set_data, doc=descr.__doc__)
 
 
-class ModuleConversionTap(_AttributeTap):
+class ModuleConversionTap(AttributeTap):
     """Lets ``Module.to(device)`` keep a host-built module's parameter objects in a dry run, as
     it does in a real run: tied weights stay tied.
 
@@ -516,7 +516,7 @@ class ThreadTap:
             self._installed = False
 
 
-class StorageResizeTap(_AttributeTap):
+class StorageResizeTap(AttributeTap):
     """Calls ``on_resize(storage, new_nbytes)`` for every ``UntypedStorage.resize_``.
 
     FSDP2 frees and re-allocates unsharded parameters by resizing their storage (no ATen
@@ -540,7 +540,7 @@ class StorageResizeTap(_AttributeTap):
         return resize_
 
 
-class StoragePointerTap(_AttributeTap):
+class StoragePointerTap(AttributeTap):
     """Gives each storage without memory (a fake tensor's, on "meta") its own pointer in a dry run.
 
     Such a storage's ``data_ptr()`` is 0, so to the libraries that tell shared tensors apart by
@@ -560,7 +560,7 @@ class StoragePointerTap(_AttributeTap):
         return data_ptr
 
 
-class FakeDataPointerTap(_AttributeTap):
+class FakeDataPointerTap(AttributeTap):
     """A fake tensor's ``data_ptr()`` in a dry run: its storage's pointer (``StoragePointerTap``)
     plus its offset, as a real tensor's is. transformers' ``save_pretrained`` compares the data
     pointers of tensors that share a storage (tied weights) to tell identical ones from disjoint
@@ -576,7 +576,7 @@ class FakeDataPointerTap(_AttributeTap):
         return data_ptr
 
 
-class BufferStorageTap(_AttributeTap):
+class BufferStorageTap(AttributeTap):
     """Makes ``UntypedStorage.from_buffer`` a real host storage in a dry run.
 
     Under a fake mode it makes a storage on "meta", without the bytes. The bytes exist (a
@@ -596,7 +596,7 @@ class BufferStorageTap(_AttributeTap):
         return staticmethod(from_buffer)
 
 
-class ParameterClassTap(_AttributeTap):
+class ParameterClassTap(AttributeTap):
     """Lets ``type(param)(value, requires_grad=...)`` make a parameter of a fake one, as it does of
     a real one (``Parameter(value, requires_grad=...)``).
 

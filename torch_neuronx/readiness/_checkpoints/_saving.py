@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import os
 
+import torch
+
 from ..._sites import frame_site, in_library, user_frame
+from .. import _torch_private as _tp
 from .._values import ValueUnknownError
 from . import _headers
 
@@ -94,20 +97,16 @@ class SaveTap:
         )
 
 
-class TorchSaveTap:
+class TorchSaveTap(_tp.AttributeTap):
     """Stops ``torch.save`` of a dry run's tensors (a ``state_dict``, an optimizer's state) with
     ``ValueUnknownError`` at the script's line, before it writes anything: its pickle holds the
     data, which a dry run does not have (PyTorch's own error there is about pickling the fake
-    tensor mode). Objects without fake tensors are saved as in a real run. Replaces ``torch.save``
-    for the dry run only."""
+    tensor mode). Objects without fake tensors are saved as in a real run."""
 
-    def __init__(self):
-        self._orig = None
+    _owner, _name = torch, "save"
 
-    def install(self) -> None:
-        import torch
-
-        orig = self._orig = torch.save
+    def _replacement(self):
+        orig = torch.save
 
         def save(obj, f, *args, **kwargs):
             if _holds_fakes(obj):
@@ -118,14 +117,7 @@ class TorchSaveTap:
                 )
             return orig(obj, f, *args, **kwargs)
 
-        torch.save = save
-
-    def remove(self) -> None:
-        if self._orig is not None:
-            import torch
-
-            torch.save = self._orig
-            self._orig = None
+        return save
 
 
 def _holds_fakes(obj) -> bool:
