@@ -304,13 +304,9 @@ class _BucketTime(NamedTuple):
 
 
 def _bucket_time(b, fig: dict, prec: str, graph_seconds: dict) -> _BucketTime:
-    """Estimated seconds, and seconds of asynchronous collectives hidden under compute, of a Bucket.
-
-    Collectives run on the chip's collective-communication cores, apart from the compute engines
-    (AWS's page on compute-communication overlap): one the script waits for where it is issued
-    (tensor and sequence parallelism's) adds its time; asynchronous ones (data parallelism's
-    buckets, FSDP's all-gathers and reduce-scatters) run while the bucket's compute does, and
-    only what exceeds that compute adds."""
+    """Estimated seconds, and seconds of asynchronous collectives hidden under compute, of a Bucket,
+    by the overlap rule of ASSUMPTIONS (collectives waited for add their whole time; asynchronous
+    ones only what exceeds the bucket's compute)."""
     compute = sum(call_time(fig, c, prec)[0] * n for c, n in b.ops.items())
     compute += sum(graph_seconds[g] * n for g, n in b.graphs.items())
     waited = overlappable = 0.0

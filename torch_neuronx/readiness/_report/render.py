@@ -295,9 +295,12 @@ def _estimates(d) -> list:
         hidden = fmt_s(e["hidden_seconds"]) if e.get("hidden_seconds") else "-"
         rows.append(where + [fmt_s(e["step_seconds"]), _fmt_mfu(e)] + shares + [hidden, e["dominant"]])
     ests = [e for e in d["estimates"] if not e["missing"]]
-    scope = "whole run (no optimizer step seen)" if ests and not ests[0]["per_step"] else "median optimizer step"
-    if scope == "median optimizer step" and d["steps"] > 1:
-        scope += " after the first (which also builds the model and the optimizer's state)"
+    if ests and not ests[0]["per_step"]:
+        scope = "whole run (no optimizer step seen)"
+    elif d["steps"] > 1:
+        scope = "median optimizer step after the first (which also builds the model and the optimizer's state)"
+    else:
+        scope = "median optimizer step"
     out = [
         (
             "Estimated time on Trainium",
