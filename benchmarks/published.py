@@ -5,7 +5,7 @@
     python benchmarks/published.py --save DIR        # also write each recording as JSON
 
 Each row reproduces one published configuration at its real size and runs it through the
-readiness time model (torch_neuronx/readiness/_estimate.py, with the hardware table in
+readiness time model (torch_neuronx/readiness/estimate/, with the hardware table in
 neuronsim/hardware.py); nothing here is fitted to the published figure. A row is a dict:
 
 - ``figure``: what AWS published; ``configuration``: the run; ``unit``: of the two numbers;
@@ -133,7 +133,7 @@ def _all_reduce_buckets(grads: list) -> None:
 def _region(model, rec, name: str) -> tuple:
     """(estimated seconds, matmul FLOPs) of the region `name` of a recording."""
     est = model.bucket(rec, rec.region(name))
-    return est["seconds"], sum(est["tensor_flops"].values())
+    return est.seconds, sum(est.tensor_flops.values())
 
 
 def bert_row(recs: list) -> dict:
@@ -228,7 +228,7 @@ def _stage_terms(rec, model) -> tuple:
     tensor-parallel rank."""
     run = LLAMA_RUN
     steady = model.bucket(rec, rec.region("micro-batch 3"))
-    micro, opt = steady["seconds"], model.bucket(rec, rec.region("optimizer step"))["seconds"]
+    micro, opt = steady.seconds, model.bucket(rec, rec.region("optimizer step")).seconds
     # A stage's activations (and their gradients) go to the next stage's rank on another
     # instance (TP=32 fills one): each micro-batch sends/receives one sequence shard in bf16
     # per neighbour and direction, none overlapped with compute.
@@ -240,7 +240,7 @@ def _stage_terms(rec, model) -> tuple:
     nbytes = rec.extra["stage_params"] * 4
     for name in ("reduce_scatter_tensor", "all_gather_into_tensor"):
         opt += model.collective_seconds(name, nbytes, run["dp"], across_instances=True)
-    return micro, opt, steady["tensor_flops"]
+    return micro, opt, steady.tensor_flops
 
 
 def llama_row(recs: list) -> dict:

@@ -135,19 +135,19 @@ def recording(path: str | None = None, layers: int | None = None, compiled: bool
             return Recording.from_json(f.read())
 
 
-def phases(rec) -> dict:
+def phases(rec):
     """The prefill and decode estimates of the recording on trn2.48xlarge at LNC=2."""
     from torch_neuronx.readiness import TimeModel
 
     est = TimeModel("trn2", LNC, INSTANCE, rec.fp32_precision).estimate([rec])
-    if not est.get("phases") or est["phases"].get("missing"):
-        raise RuntimeError(f"the recording has no generation phases: {est.get('phases')}")
-    return est["phases"]
+    if est.phases is None or est.phases.missing:
+        raise RuntimeError(f"the recording has no generation phases: {est.phases}")
+    return est.phases
 
 
 def _row(figure: str, phase: str, aws_ms: float, raw=None, compiled: bool = False) -> dict:
-    p = phases(raw if raw is not None else recording(compiled=compiled))
-    ms = p[phase]["seconds"] * 1e3
+    p = getattr(phases(raw if raw is not None else recording(compiled=compiled)), phase)
+    ms = p.seconds * 1e3
     return {
         "figure": figure,
         "configuration": CONFIGURATION[:-1] + (COMPILED + ")" if compiled else ")"),
@@ -156,9 +156,9 @@ def _row(figure: str, phase: str, aws_ms: float, raw=None, compiled: bool = Fals
         "unit": "ms",
         "ratio": round(ms / aws_ms, 3),
         # the MFU AWS's figure implies (the training rows' meaning): the same FLOPs in AWS's time
-        "mfu": None if p[phase]["mfu"] is None else p[phase]["mfu"] * ms / aws_ms,
-        "dominant": p[phase]["dominant"],
-        "shares": {k: round(v, 3) for k, v in p[phase]["term_shares"].items()},
+        "mfu": None if p.mfu is None else p.mfu * ms / aws_ms,
+        "dominant": p.dominant,
+        "shares": {k: round(v, 3) for k, v in p.term_shares.items()},
     }
 
 

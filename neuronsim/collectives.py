@@ -108,6 +108,9 @@ COLLECTIVES = (
     _c("monitored_barrier", Formula.LATENCY_ONLY, monitored_barrier=None),
 )  # fmt: skip
 
+# c10d's reduce ops by the names functional collectives pass (and ReduceOp's names, lower case)
+REDUCE_OPS = frozenset({"sum", "avg", "product", "min", "max", "band", "bor", "bxor", "premul_sum"})
+
 _BY_NAME = {alias: c for c in COLLECTIVES for alias in (c.name, *c.aliases)}
 _AGREED = {alias: i for c in COLLECTIVES for alias, i in c.aliases.items()}
 

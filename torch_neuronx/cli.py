@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return demo.main(rest)
     if cmd == "check":
-        from .readiness import _cli
+        from .readiness.launch import cli as _cli
 
         return _cli.main(rest)
     print(USAGE, end="", file=sys.stderr)

@@ -21,7 +21,8 @@ instruction is charged to the engine that executes it, as an *initiation interva
 - A compute instruction occupies its engine at least ``ACCESS_OVERHEAD_CYCLES``.
 - DMA: bytes moved to/from HBM / min(per-core HBM share, the core's 16 DMA engines),
   plus the table's fixed cost of one transfer divided by the 16 DMA queues that
-  overlap independent transfers.
+  overlap independent transfers (``neuronsim.neuroncore``: the DMA and Vector Engine rules
+  this model shares with the readiness time model, and why their uses differ).
 
 Per-instruction overheads: ``MM_INIT_LATENCY`` (64 TensorE cycles) and the SBUF/PSUM
 tensor access overhead (about 60 cycles) are the figures the Trainium/Inferentia2
@@ -40,6 +41,7 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from .. import neuroncore
 from ..tensor_engine import instruction_cycles
 
 ENGINES = ("Tensor", "Vector", "Scalar", "GpSimd", "DMA")
@@ -67,8 +69,8 @@ def matmul_seconds(hw, moving_free, dtype_name="bfloat16"):
 def elementwise_seconds(hw, engine, partitions, free_elems, n_inputs=1, all_16bit=False):
     """Time of one Vector/Scalar/GpSimd instruction over ``n_inputs`` [partitions, free] tiles."""
     if engine == "Vector":
-        width = hw.vector_width_16bit if all_16bit else hw.vector_width_fp32
-        cycles = -(-max(n_inputs, 1) * free_elems * hw.pmax // width)
+        elements = max(n_inputs, 1) * free_elems * hw.pmax
+        cycles = neuroncore.vector_cycles(elements, hw.vector_width_fp32, hw.vector_width_16bit, all_16bit)
     elif engine == "GpSimd":
         cycles = -(-partitions * free_elems // GPSIMD_ELEMS_PER_CYCLE)
     else:  # Scalar: one element per lane per cycle
@@ -83,7 +85,7 @@ def dma_bytes_per_s(hw):
 
 def dma_seconds(hw, nbytes):
     """Time of one DMA transfer moving ``nbytes``."""
-    return nbytes / dma_bytes_per_s(hw) + hw.dma_fixed_s / hw.dma_engines
+    return neuroncore.dma_seconds(nbytes, dma_bytes_per_s(hw), hw.dma_fixed_s, transfers=1, queues=hw.dma_engines)
 
 
 @dataclass

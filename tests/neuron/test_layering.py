@@ -126,6 +126,6 @@ def test_readiness_imports_only_what_it_documents():
 
 
 def test_the_import_resolver_sees_relative_imports():
-    found = {m for _, m in _absolute_imports(READINESS / "_observers" / "memory.py")}
-    # `from ... import _C`, `from ...neuron import memory`, `from .._ledger import PEAK_STEP`
-    assert {"torch_neuronx._C", "torch_neuronx.neuron", "torch_neuronx.readiness._ledger"} <= found
+    found = {m for _, m in _absolute_imports(READINESS / "record" / "observers" / "memory.py")}
+    # `from .... import _C`, `from ....neuron import memory`, `from ..ledger import PEAK_STEP`
+    assert {"torch_neuronx._C", "torch_neuronx.neuron", "torch_neuronx.readiness.record.ledger"} <= found

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import torch_neuronx
-from torch_neuronx.readiness._checkpoints import _stand_ins
-from torch_neuronx.readiness._report.render import absent_text
+from torch_neuronx.readiness.dry.checkpoints import stand_ins as _stand_ins
+from torch_neuronx.readiness.report.render import absent_text
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
@@ -245,7 +245,7 @@ def test_check_dry_run_of_a_pipeline_without_unet_weights_and_a_config_no_librar
     import sys
     import textwrap
 
-    from torch_neuronx.readiness import _cli
+    from torch_neuronx.readiness.launch import cli as _cli
 
     pipe, other = tmp_path / "pipe", tmp_path / "other"
     _sd_pipeline(pipe)

@@ -2,14 +2,16 @@
 rank and the line, and says nothing of correct scripts."""
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from torch_neuronx.readiness import _desync
-from torch_neuronx.readiness._record import CollectiveEntry, GroupLog, Recording
+from neuronsim import collectives
+from torch_neuronx.readiness.record.recording import CollectiveEntry, GroupLog, Recording
+from torch_neuronx.readiness.report import desync as _desync
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).parent / "scripts" / "desync.py"
@@ -27,13 +29,18 @@ def _rec(rank: int, *groups, error=None) -> Recording:
 
 
 def _log(ops, ranks=(0, 1), name="0", desc="default_pg") -> GroupLog:
-    """ops: (op, shape) or (op, shape, peer) in order."""
+    """ops: (op, shape) or (op, shape, peer) in order; the shape is the call's one tensor, which is
+    its agreed argument (as the recorder notes it) where the collective has one."""
     entries = [
         CollectiveEntry(i, o[0], [list(o[1])], "float32", "sum" if "reduce" in o[0] else None,
-                        o[2] if len(o) > 2 else None, f"t.py:{10 + i} (f)")
+                        o[2] if len(o) > 2 else None, f"t.py:{10 + i} (f)", _agreed(o[0], o[1]))
         for i, o in enumerate(ops, 1)
     ]  # fmt: skip
     return GroupLog(name, desc, list(ranks), entries)
+
+
+def _agreed(op: str, shape) -> tuple:
+    return ((math.prod(shape), "float32"),) if collectives.agreed_argument(op) is not None else ()
 
 
 def test_ranks_that_agree_have_no_finding():
@@ -44,15 +51,27 @@ def test_ranks_that_agree_have_no_finding():
 def test_a_skipped_collective_is_a_hang_named_by_rank_and_line():
     full = [("allreduce", (4,)), ("barrier", (1,)), ("allreduce", (8,))]
     (f,) = _desync.find([_rec(0, _log(full)), _rec(1, _log([full[0], full[2]]))])
-    assert f["kind"] == "hang" and f["message"].startswith("group 0 (default_pg): rank 1 never issues barrier #2")
-    assert "at t.py:12 (f), which rank 0 issues: rank 0 would wait for it" in f["message"]
+    assert f.kind == "hang" and f.message.startswith("group 0 (default_pg): rank 1 never issues barrier #2")
+    assert "at t.py:12 (f), which rank 0 issues: rank 0 would wait for it" in f.message
 
 
 def test_ops_that_may_differ_in_shape_by_rank_do_not_alarm():
-    # all-to-all with uneven splits (expert parallelism), gather and scatter: shapes differ on purpose
-    a = [("alltoall_base", (6,)), ("gather", (2,)), ("allreduce", (4,))]
-    b = [("alltoall_base", (2,)), ("gather", (3,)), ("allreduce", (4,))]
+    # all-to-all with uneven splits (expert parallelism): shapes differ on purpose
+    a = [("alltoall_base", (6,)), ("allreduce", (4,))]
+    b = [("alltoall_base", (2,)), ("allreduce", (4,))]
     assert _desync.find([_rec(0, _log(a)), _rec(1, _log(b))]) == []
+    # gather: only its input is agreed on; the root alone passes the outputs
+    root = CollectiveEntry(1, "gather", [[3], [3], [3]], "float32", None, None, "t.py:11 (f)", ((3, "float32"),))
+    other = root._replace(shapes=[[3]])
+    recs = [_rec(0, GroupLog("0", "default_pg", [0, 1], [root])), _rec(1, GroupLog("0", "default_pg", [0, 1], [other]))]
+    assert _desync.find(recs) == []
+
+
+def test_the_matching_rule_compares_element_counts_not_shapes():
+    # as NCCL and gloo move elements: [4, 8] against [32] runs, [4, 8] against [4, 4] does not
+    assert _desync.find([_rec(0, _log([("allreduce", (4, 8))])), _rec(1, _log([("allreduce", (32,))]))]) == []
+    (f,) = _desync.find([_rec(0, _log([("allreduce", (4, 8))])), _rec(1, _log([("allreduce", (4, 4))]))])
+    assert f.kind == "disagree" and f.ranks and f.sites
 
 
 def test_a_rank_that_failed_is_not_said_to_hang():
@@ -73,15 +92,12 @@ def test_pipeline_sends_and_receives_are_matched_per_pair():
     recvs = [("recv", (4,), 0)] * 2
     assert _desync.find([_rec(0, _log(sends)), _rec(1, _log(recvs))]) == []
     (f,) = _desync.find([_rec(0, _log(sends[:1])), _rec(1, _log(recvs))])
-    assert f["kind"] == "hang" and "rank 1 waits in recv #2 [4] float32 at t.py:12 (f) from rank 0" in f["message"]
+    assert f.kind == "hang" and "rank 1 waits in recv #2 [4] float32 at t.py:12 (f) from rank 0" in f.message
 
 
 def test_members_that_disagree_on_a_group_are_found():
     (f,) = _desync.find([_rec(0, _log([], ranks=(0,), name="1")), _rec(1, _log([], ranks=(0, 1), name="1"))])
-    assert (
-        f["kind"] == "disagree"
-        and "rank 0 made it with members [0]; rank 1 made it with members [0, 1]" in f["message"]
-    )
+    assert f.kind == "disagree" and "rank 0 made it with members [0]; rank 1 made it with members [0, 1]" in f.message
 
 
 # -- found by a dry run of the script, as a user runs it ----------------------------------------------

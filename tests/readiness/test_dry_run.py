@@ -273,7 +273,7 @@ def _config_only_dir(path):
 
 
 def test_stand_ins_replace_only_config_only_directories(tmp_path):
-    from torch_neuronx.readiness._checkpoints import _stand_ins
+    from torch_neuronx.readiness.dry.checkpoints import stand_ins as _stand_ins
 
     cfg, weights = tmp_path / "cfg", tmp_path / "weights"
     _config_only_dir(cfg)
@@ -303,7 +303,7 @@ def test_in_process_a_directory_without_weights_gets_transformers_error_and_the_
 
 @pytest.mark.slow
 def test_check_dry_run_loads_a_directory_without_weights(tmp_path, capsys):
-    from torch_neuronx.readiness import _cli
+    from torch_neuronx.readiness.launch import cli as _cli
 
     n = _config_only_dir(tmp_path / "model")
     script = tmp_path / "load.py"
@@ -490,13 +490,13 @@ def test_dtensor_caches_its_sharding_propagation_as_in_eager():
 
 
 def test_ranks_option_is_checked_against_the_job(tmp_path, capsys):
-    from torch_neuronx.readiness import _cli
+    from torch_neuronx.readiness.launch import cli as _cli
 
     job = ["--", "torchrun", "--nproc-per-node", "8", str(tmp_path / "job.py")]
-    with pytest.raises(SystemExit, match="rank 8 is not in the job: its world size is 8"):
-        _cli.main(["--dry-run", "--ranks", "0,8", "--out", str(tmp_path / "r")] + job)
-    with pytest.raises(SystemExit, match="--ranks needs --dry-run"):
-        _cli.main(["--ranks", "0", "--out", str(tmp_path / "r")] + job)
+    assert _cli.main(["--dry-run", "--ranks", "0,8", "--out", str(tmp_path / "r")] + job) == 2
+    assert "rank 8 is not in the job: its world size is 8" in capsys.readouterr().err
+    assert _cli.main(["--ranks", "0", "--out", str(tmp_path / "r")] + job) == 2
+    assert "--ranks needs --dry-run" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         _cli.main(["--dry-run", "--ranks", "3-1"] + job)
     assert "empty range" in capsys.readouterr().err
@@ -543,8 +543,10 @@ def test_ranks_start_one_at_a_time_until_each_has_loaded(tmp_path):
             """
         )
     )
-    cmd = [sys.executable, "-m", "torch_neuronx.readiness._ranks", "--raw", str(tmp_path / "raw")]
-    cmd += ["--nproc-per-node", "3", "--workers", "3", str(script)]
+    from torch_neuronx.readiness.launch.job import Job
+
+    job = Job(str(tmp_path / "raw"), [str(script)], dry_run=True, nproc_per_node=3, workers=3)
+    cmd = [sys.executable, "-m", "torch_neuronx.readiness.launch.scheduler", "--job", job.save()]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
     times = {}
@@ -553,7 +555,8 @@ def test_ranks_start_one_at_a_time_until_each_has_loaded(tmp_path):
         times[(int(rank), what)] = float(t)
     for rank in (0, 1):
         assert times[(rank + 1, "start")] >= times[(rank, "forward")], times
-    assert sorted(os.listdir(tmp_path / "raw")) == ["rank0.json", "rank1.json", "rank1.log", "rank2.json", "rank2.log"]
+    ranks = ["rank0.json", "rank1.json", "rank1.log", "rank2.json", "rank2.log"]
+    assert sorted(os.listdir(tmp_path / "raw")) == ["job.json"] + ranks
 
 
 def _run_apart(code: str) -> subprocess.CompletedProcess:

@@ -13,7 +13,7 @@ import torch
 import torch_neuronx
 from helpers import worker_env
 from neuronsim import hardware as hw
-from torch_neuronx.readiness import _estimate
+from torch_neuronx.readiness.estimate import steps, time_model
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
@@ -93,15 +93,15 @@ def test_missing_figure_is_a_value_error_naming_it_and_trn1n_has_its_own_neuronl
     gib = 1 << 30
     # the instance picks the NeuronLink bandwidth (trn1n.32xlarge doubles trn1.32xlarge's)
     # what a core can send: half its share of the chip's figure, which counts both directions
-    assert _estimate.core_figures("trn1", 1, "trn1.32xlarge")["link_bytes_per_s"] == 384 * gib / 2 / 2
-    assert _estimate.core_figures("trn1", 1, "trn1n.32xlarge")["link_bytes_per_s"] == 768 * gib / 2 / 2
-    fig = _estimate.core_figures("trn1", 1)
+    assert time_model.core_figures("trn1", 1, "trn1.32xlarge")["link_bytes_per_s"] == 384 * gib / 2 / 2
+    assert time_model.core_figures("trn1", 1, "trn1n.32xlarge")["link_bytes_per_s"] == 768 * gib / 2 / 2
+    fig = time_model.core_figures("trn1", 1)
     # the core's 16 DMA engines x 17 B/ns sustained are below its share of 820 GB/s HBM
     assert fig["memory_bytes_per_s"] == 16 * 17e9 and fig["tensor_flops"]["bfloat16"] == 95e12
     trn1 = dataclasses.replace(hw.CHIPS["trn1"], dma_fixed_s=None)
     monkeypatch.setattr(hw, "CHIPS", {**hw.CHIPS, "trn1": trn1})
     with pytest.raises(hw.MissingFigure, match="no estimate for trn1: AWS publishes no DMA fixed-cost"):
-        _estimate.core_figures("trn1", 1)
+        time_model.core_figures("trn1", 1)
     assert issubclass(hw.MissingFigure, ValueError)
 
 
@@ -198,7 +198,7 @@ def test_linear_and_attention_under_inference_mode_count_their_matmuls():
 
 
 def _matmul_bucket(n: int):
-    from torch_neuronx.readiness._record import Bucket, OpCall
+    from torch_neuronx.readiness.record.recording import Bucket, OpCall
 
     b = Bucket()
     b.ops[OpCall("aten::mm", "bfloat16", "tensor", 2 * n**3, 3 * 2 * n**2, 3)] = 1
@@ -206,20 +206,20 @@ def _matmul_bucket(n: int):
 
 
 def test_the_step_estimate_leaves_out_the_first_step_of_several():
-    from torch_neuronx.readiness._record import Recording
+    from torch_neuronx.readiness.record.recording import Recording
 
     # the first step also builds the model and optimizer state: here 8x the others' matmul work
     big, small = _matmul_bucket(8192), _matmul_bucket(4096)
     for n_steps, buckets in ((2, [big, small]), (3, [big, small, small])):
-        est = _estimate.estimate([Recording(rank=0, steps=n_steps, buckets=buckets)], "trn2", 2)
-        assert est["step_seconds"] == est["bucket_seconds"][1] < est["bucket_seconds"][0] / 4
-    alone = _estimate.estimate([Recording(rank=0, steps=1, buckets=[big])], "trn2", 2)
-    assert alone["step_seconds"] == alone["bucket_seconds"][0]  # the only step is the estimate
+        est = steps.estimate([Recording(rank=0, steps=n_steps, buckets=buckets)], "trn2", 2)
+        assert est.step_seconds == est.bucket_seconds[1] < est.bucket_seconds[0] / 4
+    alone = steps.estimate([Recording(rank=0, steps=1, buckets=[big])], "trn2", 2)
+    assert alone.step_seconds == alone.bucket_seconds[0]  # the only step is the estimate
 
 
 # -- communication overlap -------------------------------------------------------------
 def _bucket_with(collective_bytes: int, asynchronous: bool):
-    from torch_neuronx.readiness._record import Bucket, CollectiveCall, OpCall, Recording
+    from torch_neuronx.readiness.record.recording import Bucket, CollectiveCall, OpCall, Recording
 
     b = Bucket()
     b.ops[OpCall("aten::mm", "bfloat16", "tensor", 2 * 4096**3, 3 * 2 * 4096**2, 3)] = 1
@@ -233,15 +233,15 @@ def test_asynchronous_collectives_run_under_compute_and_only_their_excess_adds()
 
     model = TimeModel("trn2", 2, "trn2.48xlarge")
     rec, b = _bucket_with(0, False)
-    compute = model.bucket(rec, b)["seconds"]
+    compute = model.bucket(rec, b).seconds
     for nbytes in (1 << 20, 1 << 30):  # one shorter than the matmul, one longer
         comm = model.collective_seconds("allreduce", nbytes, 64)
         rec, b = _bucket_with(nbytes, False)
-        assert model.bucket(rec, b)["seconds"] == pytest.approx(compute + comm)  # waited for: adds whole
+        assert model.bucket(rec, b).seconds == pytest.approx(compute + comm)  # waited for: adds whole
         rec, b = _bucket_with(nbytes, True)
         est = model.bucket(rec, b)
-        assert est["seconds"] == pytest.approx(max(compute, comm))
-        assert est["hidden_seconds"] == pytest.approx(min(compute, comm))
+        assert est.seconds == pytest.approx(max(compute, comm))
+        assert est.hidden_seconds == pytest.approx(min(compute, comm))
     assert (
         model.collective_seconds("allreduce", 1 << 20, 64)
         < compute

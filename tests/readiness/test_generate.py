@@ -13,7 +13,11 @@ import torch
 
 import torch_neuronx
 from helpers import tiny_llama, worker_env
-from torch_neuronx.readiness import Recording, _collective_time, _cost, _estimate, _known_error
+from torch_neuronx.readiness import Recording
+from torch_neuronx.readiness.estimate import collective_time as _collective_time
+from torch_neuronx.readiness.estimate import known_error as _known_error
+from torch_neuronx.readiness.estimate import time_model
+from torch_neuronx.readiness.record import measure as _cost
 
 REPO = Path(__file__).parents[2]
 DATA = Path(__file__).parent / "data"
@@ -122,7 +126,7 @@ def test_a_static_cache_update_moves_only_the_rows_it_writes():
 
 
 def test_collectives_inside_a_trn2_instance_take_the_runtimes_algorithm_latency():
-    fig = _estimate.core_figures("trn2", 2, "trn2.48xlarge")
+    fig = time_model.core_figures("trn2", 2, "trn2.48xlarge")
     hop = _collective_time.INTRANODE_HOP_LATENCY_S
     # Mesh below 1 MB: reduce-scatter + all-gather, 2 hops each
     assert _collective_time.collective_time(fig, "allreduce", 32 << 10, 64)[1] == pytest.approx(4 * hop)
@@ -132,7 +136,7 @@ def test_collectives_inside_a_trn2_instance_take_the_runtimes_algorithm_latency(
     assert _collective_time.collective_time(fig, "allreduce", 300 << 20, 64)[1] == pytest.approx(62 * hop)
     # beyond one instance, and on trn1 (the page does not describe it), the ring of 10 us steps stays
     assert _collective_time.collective_time(fig, "allreduce", 32 << 10, 128)[1] == pytest.approx(254 * 10e-6)
-    no_instance = _estimate.core_figures("trn2", 2, None)
+    no_instance = time_model.core_figures("trn2", 2, None)
     assert _collective_time.collective_time(no_instance, "allreduce", 32 << 10, 64)[1] == pytest.approx(126 * 10e-6)
 
 
@@ -173,9 +177,9 @@ def test_llama_405b_row_from_its_saved_recording():
         assert row["aws"] == known.aws and row["ratio"] == pytest.approx(known.ratio, rel=1e-3)
     # the prefill is NxD Inference's: its 10,240-token bucket, sequence-parallel (an all-gather before
     # attention and the MLP, a reduce-scatter after each, no all-reduce but the embeddings')
-    prefill = pi.phases(raw)["prefill"]
-    assert prefill["tokens"] == 10_240
-    calls = {o["op"]: o["count"] for o in prefill["ops"] if o["op"].startswith("c10d::")}
+    prefill = pi.phases(raw).prefill
+    assert prefill.tokens == 10_240
+    calls = {o.op: o.count for o in prefill.ops if o.op.startswith("c10d::")}
     assert calls == {"c10d::allgather_base": 2 * 126 + 1, "c10d::reduce_scatter_base": 2 * 126, "c10d::all_reduce": 1}
 
 
@@ -201,8 +205,9 @@ def test_llama_405b_compiled_rows_from_their_saved_recording():
         assert row["estimate"] == pytest.approx(known.estimate, rel=1e-3) and row["aws"] == known.aws
     phases = pi.phases(raw)
     for phase, count in (("prefill", 1), ("decode", NEW - 1)):
-        graphs = [o for o in phases[phase]["ops"] if o["op"].startswith("compiled graph")]
-        assert phases[phase]["count"] == count and len(graphs) == 1 and graphs[0]["count"] == 1
+        p = getattr(phases, phase)
+        graphs = [o for o in p.ops if o.op.startswith("compiled graph")]
+        assert p.count == count and len(graphs) == 1 and graphs[0].count == 1
     # compiled, the decode step pays a fraction of the eager step's per-op fixed costs
-    eager = pi.phases(Recording.from_json((DATA / "llama405b_tp64_raw.json").read_text()))["decode"]
-    assert phases["decode"]["terms"]["fixed"] < 0.5 * eager["terms"]["fixed"]
+    eager = pi.phases(Recording.from_json((DATA / "llama405b_tp64_raw.json").read_text())).decode
+    assert phases.decode.terms["fixed"] < 0.5 * eager.terms["fixed"]

@@ -46,7 +46,7 @@ def _collectives(report: dict) -> list:
 
 
 def test_accelerate_launch_becomes_the_torchrun_job_and_environment_accelerate_would_start(tmp_path):
-    from torch_neuronx.readiness._launchers import translate
+    from torch_neuronx.readiness.launch.launchers import translate
 
     config = tmp_path / "fsdp2.yaml"
     config.write_text(FSDP2)

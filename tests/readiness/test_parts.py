@@ -8,11 +8,11 @@ import torch
 
 import torch_neuronx
 from torch_neuronx.readiness import _torch_private
-from torch_neuronx.readiness._ledger import PEAK_STEP, StorageLedger, StorageRecord
-from torch_neuronx.readiness._observers.compile import _compile_delta
-from torch_neuronx.readiness._observers.fallbacks import Fallbacks, WouldBeFallbacks
-from torch_neuronx.readiness._observers.spans import Spans
-from torch_neuronx.readiness._record import MemoryCategory
+from torch_neuronx.readiness.record.ledger import PEAK_STEP, StorageLedger, StorageRecord
+from torch_neuronx.readiness.record.observers.compile import _compile_delta
+from torch_neuronx.readiness.record.observers.fallbacks import Fallbacks, WouldBeFallbacks
+from torch_neuronx.readiness.record.observers.spans import Spans
+from torch_neuronx.readiness.record.recording import MemoryCategory
 
 
 # -- the ledger -------------------------------------------------------------------------------------
@@ -110,7 +110,7 @@ def test_the_session_ends_and_records_the_error_the_block_raised():
             raise RuntimeError("boom")
     assert r.recording.error == "RuntimeError: boom" and "failed on rank 0" in r.report.verdict
     from torch_neuronx.profiler import _graphs
-    from torch_neuronx.readiness import _session
+    from torch_neuronx.readiness.record import session as _session
 
     assert _session.current() is None and _graphs._listener is None  # everything let go
 

@@ -17,7 +17,9 @@ import torch.nn.functional as F
 
 import torch_neuronx
 from neuronsim import hardware as hw
-from torch_neuronx.readiness import _collective_time, _estimate, _known_error
+from torch_neuronx.readiness.estimate import collective_time as _collective_time
+from torch_neuronx.readiness.estimate import known_error as _known_error
+from torch_neuronx.readiness.estimate import time_model
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data"
@@ -79,21 +81,21 @@ def test_every_row_has_the_keys_the_table_merges_on():
 
 # -- the model terms they need ----------------------------------------------------------------
 def test_pipeline_is_1f1b_sum_of_stages_plus_slowest_for_the_other_micro_batches():
-    assert _estimate.pipeline_seconds([1.0] * 8, 256) == 256 + 8 - 1  # M + P - 1 slots
-    assert _estimate.pipeline_seconds([1.0, 2.0, 1.0], 4) == 1 + 2 + 1 + 3 * 2
+    assert time_model.pipeline_seconds([1.0] * 8, 256) == 256 + 8 - 1  # M + P - 1 slots
+    assert time_model.pipeline_seconds([1.0, 2.0, 1.0], 4) == 1 + 2 + 1 + 3 * 2
     with pytest.raises(ValueError, match="at least one stage and one micro-batch"):
-        _estimate.pipeline_seconds([1.0], 0)
+        time_model.pipeline_seconds([1.0], 0)
 
 
 def test_collective_across_instances_runs_at_the_ranks_share_of_efa():
-    fig = _estimate.core_figures("trn1", 1, "trn1.32xlarge")
+    fig = time_model.core_figures("trn1", 1, "trn1.32xlarge")
     assert fig["efa_bytes_per_s"] == 800e9 / 8 / 32  # 800 Gbps per instance, 32 cores
     nbytes = 4 << 20
     t, lat, bw = _collective_time.collective_time(fig, "all_gather_into_tensor", nbytes, 4, across_instances=True)
     assert lat == pytest.approx(3 * 10e-6) and bw == pytest.approx(3 / 4 * nbytes / fig["efa_bytes_per_s"])
     inside = _collective_time.collective_time(fig, "all_gather_into_tensor", nbytes, 4)[2]
     assert inside == pytest.approx(3 / 4 * nbytes / fig["link_bytes_per_s"]) and inside < bw
-    one_chip = _estimate.core_figures("trn1", 1, "trn1.2xlarge")
+    one_chip = time_model.core_figures("trn1", 1, "trn1.2xlarge")
     with pytest.raises(hw.MissingFigure, match="no EFA figure"):
         _collective_time.collective_time(one_chip, "all_gather_into_tensor", nbytes, 4, across_instances=True)
 

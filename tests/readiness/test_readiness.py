@@ -13,8 +13,9 @@ import torch
 import torch_neuronx
 from helpers import worker_env
 from neuronsim import hardware as hw
-from torch_neuronx.readiness import _collective_time, _estimate
-from torch_neuronx.readiness._record import Bucket, CollectiveCall, Recording
+from torch_neuronx.readiness.estimate import assumptions, time_model
+from torch_neuronx.readiness.estimate import collective_time as _collective_time
+from torch_neuronx.readiness.record.recording import Bucket, CollectiveCall, Recording
 
 SCRIPTS = Path(__file__).parent / "scripts"
 MiB = 1 << 20
@@ -112,7 +113,7 @@ def test_a_recording_adopts_device_tensors_made_before_it_but_not_a_leaked_vmap_
 
 
 def test_memory_peak_fit_verdict_and_largest_tensors(monkeypatch):
-    from torch_neuronx.readiness._observers import memory
+    from torch_neuronx.readiness.record.observers import memory
 
     # no timed samples after the first: the peak must be caught when it is allocated
     monkeypatch.setattr(memory, "_SAMPLE_S", 3600.0)
@@ -169,13 +170,13 @@ def test_large_elementwise_is_within_10pc_of_bytes_over_bandwidth():
 
 
 def test_small_ops_are_dominated_by_fixed_costs():
-    fig = _estimate.core_figures("trn2", 2)
-    t, parts = _estimate.op_time(fig, "vector", "float32", 0, 3 * 4 * 128, 3)
+    fig = time_model.core_figures("trn2", 2)
+    t, parts = time_model.op_time(fig, "vector", "float32", 0, 3 * 4 * 128, 3)
     assert parts["fixed"] == pytest.approx(3 * hw.CHIPS["trn2"].dma_fixed_s) and t > 10 * parts["memory"]
 
 
 def test_ring_all_reduce_takes_two_ring_steps_per_peer_and_its_bytes_over_the_link():
-    fig = _estimate.core_figures("trn2", 2)  # no instance: the plain ring
+    fig = time_model.core_figures("trn2", 2)  # no instance: the plain ring
     step = _collective_time.RING_STEP_LATENCY_S
     for n in (2, 16):  # a reduce-scatter and an all-gather: n - 1 steps each
         assert _collective_time.collective_time(fig, "allreduce", 1024, n)[1] == pytest.approx(2 * (n - 1) * step)
@@ -185,7 +186,7 @@ def test_ring_all_reduce_takes_two_ring_steps_per_peer_and_its_bytes_over_the_li
 
 
 def test_collectives_without_a_ring_have_their_own_formula_and_unknown_ones_are_listed():
-    fig = _estimate.core_figures("trn2", 2)  # no instance: the plain ring
+    fig = time_model.core_figures("trn2", 2)  # no instance: the plain ring
     step, link, nbytes = _collective_time.RING_STEP_LATENCY_S, fig["link_bytes_per_s"], 8 << 20
     # broadcast: a pipelined chain, the whole buffer once over one link, n - 1 steps of latency
     assert _collective_time.collective_time(fig, "broadcast", nbytes, 8)[1:] == pytest.approx((7 * step, nbytes / link))
@@ -200,7 +201,7 @@ def test_collectives_without_a_ring_have_their_own_formula_and_unknown_ones_are_
     for b in rec.buckets:  # listed once however often it ran
         b.collectives[CollectiveCall("made_up_collective", "float32", nbytes, 8)] = 1
     rec.buckets[0].collectives[CollectiveCall("broadcast", "float32", nbytes, 8)] = 1
-    assert _estimate.approximations([rec]) == [
+    assert assumptions.approximations([rec]) == [
         "approximated: made_up_collective (no formula for them here; each timed as an all-gather of its bytes)."
     ]
 
@@ -230,7 +231,7 @@ def _assert_saved_without_pictures(out: Path, extra: frozenset = frozenset()):
 
 
 def test_saved_report_without_matplotlib_has_no_pictures_and_says_how_to_get_them(tmp_path, monkeypatch):
-    from torch_neuronx.readiness._report import render
+    from torch_neuronx.readiness.report import render
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
     monkeypatch.setattr(render, "_warned_no_pictures", False)
@@ -274,8 +275,9 @@ def test_new_shape_every_step_is_reported_as_recompiling_every_step(fresh_dynamo
 def test_compiled_graph_cost_parts_have_known_values():
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from torch_neuronx.readiness._cost import graph_parts
-    from torch_neuronx.readiness._cost import is_dynamic as _is_dynamic
+    from torch_neuronx.readiness.record.measure import graph_parts
+    from torch_neuronx.readiness.record.measure import is_dynamic as _is_dynamic
+    from torch_neuronx.readiness.record.recording import GraphPart
 
     def f(x, w):
         return torch.nn.functional.gelu(x @ w) * 2 + x.t().sum()  # the view x.t() is seen through
@@ -283,13 +285,13 @@ def test_compiled_graph_cost_parts_have_known_values():
     m, k, n = 8, 16, 4
     gm = make_fx(f, tracing_mode="fake")(torch.randn(m, k), torch.randn(k, n))
     mm, fused = graph_parts(gm)
+    assert mm == GraphPart("tensor", "float32", 2 * m * k * n, 4 * (m * k + k * n + m * n), 3, ((m, k, n, 1),))
     # a tiny matmul occupies one instruction of the Tensor Engine: 64 cycles of the 128 x 128 array
-    tiles = 2 * 128 * 128 * 64
-    assert mm == ("tensor", "float32", 2 * m * k * n, 4 * (m * k + k * n + m * n), 3, tiles)
+    assert time_model.tile_flops(time_model.core_figures("trn2", 2), mm) == 2 * 128 * 128 * 64
     # gelu, mul, sum, add: one operation per element each reads or writes
     ops = 2 * m * n + 2 * m * n + (m * k + 1) + (m * n + 1 + m * n)
     # reads the matmul result and x (through the view), writes the graph output; once each
-    assert fused == ("fused", "float32", ops, 4 * (m * n + m * k + m * n), 3, 0)
+    assert fused == GraphPart("fused", "float32", ops, 4 * (m * n + m * k + m * n), 3)
     # a graph for symbolic shapes has no one cost: its runs are timed op by op
     assert not _is_dynamic(gm) and _is_dynamic(
         make_fx(f, tracing_mode="symbolic")(torch.randn(m, k), torch.randn(k, n))
@@ -344,8 +346,8 @@ def test_compiled_graphs_are_costed_whole_once_per_run(monkeypatch, fresh_dynamo
     assert rows[names[1]]["flops"] == eager_rows["aten::mm"]["flops"]
 
     # the graphs' elementwise work is timed: more than their matmuls alone
-    fig = _estimate.core_figures(est["chip"], est["lnc"])
-    matmuls = sum(_estimate.call_time(fig, p)[0] for ps in raw.graph_parts.values() for p in ps if p.kind == "tensor")
+    fig = time_model.core_figures(est["chip"], est["lnc"])
+    matmuls = sum(time_model.call_time(fig, p)[0] for ps in raw.graph_parts.values() for p in ps if p.kind == "tensor")
     assert rows[names[0]]["seconds"] + rows[names[1]]["seconds"] > 1.2 * matmuls
     # fusion saves HBM traffic and DMA fixed costs, so compiled is faster, but not by 2x here
     assert 0.5 * eager_est["step_seconds"] < est["step_seconds"] < eager_est["step_seconds"]

@@ -9,13 +9,24 @@ In process::
 From the shell: ``torch-neuronx check -- python train.py`` (or ``-- torchrun ...``,
 ``-- accelerate launch ...``, ``-- trl sft ...``, another console script).
 
-Layers, top down (docs/architecture.md has the picture): the public API here and the CLI
-(``_cli``, ``_launchers``, ``_launch``, ``_ranks``); the report (``_report``: merging ranks, verdict,
-rendering) and the time model (``_estimate``), which read only the typed recording
-(``_record``); the session (``_session``), which starts an executor (``_real`` or ``_dry``,
-with its value policy ``_values``) and the recorder (``_recorder`` and its ``_observers``),
-which write the recording and the storage ledger (``_ledger``). Every private PyTorch detail
-is in ``_torch_private``. Of the rest of torch_neuronx, readiness imports only ``_C``,
+The package is five wings, each a subpackage whose docstring says what it owns and what it
+may import (``tests/readiness/test_layering.py`` checks both), over one module of private
+PyTorch details, in the order a run goes through them::
+
+    launch ──▶ record ──▶ (dry) ──▶ estimate ──▶ report
+    cli, launchers,   session,        executor, mode,    time_model,      merge, desync,
+    job, scheduler,   recorder,       accounting,        collective_time, verdict, render,
+    rank, preimport   observers,      values, reads,     steps, results,  formats, plots,
+                      measure,        collective_values, assumptions,     text
+                      recording,      mailbox, objects,  known_error
+                      ledger, real    parameters, taps,
+                                      checkpoints
+
+``launch`` runs the others; ``record`` runs a script under one session and writes the typed
+``Recording`` (a session is handed its executor: ``record.real`` or ``dry.executor``); ``dry``
+executes a script with no data; ``estimate`` and ``report`` read recordings only. Every private
+PyTorch detail is in ``_torch_private``, and nowhere else. Collectives' names and rules come from
+``neuronsim.collectives``. Of the rest of torch_neuronx, readiness imports only ``_C``,
 ``_sites`` (where a call came from), ``neuron`` (memory counters), ``profiler`` (the
 compiled-graph listener), and the hooks of ``distributed`` (process-group override, groups
 joined) and ``_dynamo`` (compiling without code generation) a dry run and the recorder use;
@@ -27,12 +38,12 @@ from __future__ import annotations
 import sys
 import types
 
-from ._checkpoints import header_only_checkpoint
-from ._estimate import TimeModel
-from ._record import Recording
-from ._report import Report
-from ._session import region
-from ._values import ValueUnknownError
+from .dry.checkpoints import header_only_checkpoint
+from .dry.reads import ValueUnknownError
+from .estimate.model import TimeModel
+from .record.recording import Recording
+from .record.session import region
+from .report import Report
 
 __all__ = [
     "Readiness",
@@ -82,7 +93,7 @@ class Readiness:
                     "rank and world_size go together and need dry_run=True: "
                     "readiness(dry_run=True, rank=R, world_size=N) runs the block as rank R of N"
                 )
-            from ._as_rank import AsRank
+            from .launch.rank import AsRank
 
             self._as_rank = AsRank(rank, world_size)
         self._options = {"instance": instance, "lnc": lnc, "capacity": capacity}
@@ -93,11 +104,19 @@ class Readiness:
         self._session = None
 
     def __enter__(self) -> "Readiness":
-        from ._session import Session
+        from .record.session import Session
 
         if self._session is not None:
             raise RuntimeError("a readiness() context cannot be entered twice; create a new one")
-        self._session = Session(self.dry_run, self._as_rank)
+        if self.dry_run:
+            from .dry.executor import DryExecutor
+
+            executor = DryExecutor()
+        else:
+            from .record.real import RealExecutor
+
+            executor = RealExecutor()
+        self._session = Session(executor, self._as_rank)
         self._session.start()
         return self
 

@@ -18,13 +18,15 @@ import threading
 import weakref
 
 import torch
+from torch._ops import HigherOrderOperator, OpOverload  # noqa: F401  (readiness's dispatch modes read them)
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
     FakeTensor,
     FakeTensorMode,
 )
-from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass  # noqa: F401
+from torch.utils._pytree import tree_leaves  # noqa: F401
 
 
 class _ReportingFakeMode(FakeTensorMode):
@@ -248,6 +250,11 @@ def storage_key(t: torch.Tensor) -> tuple:
     as its StorageImpl lives, so a weak reference to it tells when the memory is freed."""
     st = t.untyped_storage()
     return st._cdata, st
+
+
+def storage_key_of(st) -> int:
+    """:func:`storage_key`'s key of an untyped storage."""
+    return st._cdata
 
 
 def local(t: torch.Tensor) -> torch.Tensor:
@@ -699,6 +706,104 @@ def collective_group(func, args):
         return None
 
 
+def comm_bytes(func, out, args, kwargs) -> int | None:
+    """The bytes a c10d op's collective moves, as PyTorch's own estimators count them (None when
+    it cannot be told)."""
+    from torch.distributed._tools.fake_collectives import CollectiveOp
+
+    try:
+        return int(CollectiveOp.get_comm_tensor_size(func, out, args, kwargs))
+    except Exception:
+        return None
+
+
+def issued_async(func, args, kwargs) -> bool:
+    """Whether a c10d op was issued with ``async_op=True`` (functional collectives: False)."""
+    if not func.name().startswith("c10d::"):
+        return False
+    for i, a in enumerate(func._schema.arguments):
+        if a.name == "async_op":
+            if a.name in kwargs:
+                return bool(kwargs[a.name])
+            return bool(args[i]) if i < len(args) else bool(a.default_value)
+    return False
+
+
+def overload_packet(func):
+    """An ATen op overload's packet (``aten.mm`` of ``aten.mm.default``): what flop formulas are keyed by."""
+    return func._overloadpacket
+
+
+# -- c10d's object collectives, as a dry run re-issues them (objects) -------------------------------
+def group_or_default(group):
+    """`group`, or the default group for None."""
+    from torch.distributed import distributed_c10d as c10d
+
+    return c10d._group_or_default_group(group)
+
+
+def in_group(group) -> bool:
+    """Whether this rank is a member of `group`."""
+    from torch.distributed import distributed_c10d as c10d
+
+    return not c10d._rank_not_in_group(group)
+
+
+def group_rank_of(group, rank, group_rank) -> int:
+    """A peer's rank in `group`, from its global `rank` or its `group_rank` (whichever is given)."""
+    from torch.distributed import distributed_c10d as c10d
+
+    return c10d._canonicalize_group_rank(group, rank, group_rank)
+
+
+def object_collective_device(group):
+    """The device c10d's object collectives of `group` put their byte tensors on."""
+    from torch.distributed import distributed_c10d as c10d
+
+    return c10d._get_object_coll_device(group)
+
+
+def c10d_pickle(obj) -> bytes:
+    """`obj` pickled as c10d's object collectives pickle it."""
+    import io
+
+    from torch.distributed import distributed_c10d as c10d
+
+    f = io.BytesIO()
+    c10d._pickler(f).dump(obj)
+    return f.getvalue()
+
+
+def c10d_unpickle(data: bytes):
+    """An object as c10d's object collectives unpickle it."""
+    import io
+
+    from torch.distributed import distributed_c10d as c10d
+
+    return c10d._unpickler(io.BytesIO(data)).load()
+
+
+# -- Dynamo's compile events (the phases of a generation) ------------------------------------------
+def dynamo_compiled_a_graph() -> bool:
+    """Whether Dynamo has compiled any graph in this process."""
+    from torch._dynamo.utils import counters
+
+    return bool(counters["stats"]["unique_graphs"])
+
+
+def on_compile_start(callback, remove: bool = False) -> None:
+    """Call `callback()` when Dynamo starts compiling a frame (or stop calling it)."""
+    from torch._dynamo.callback import callback_handler
+
+    if not remove:
+        callback_handler.register_start_callback(callback)
+        return
+    try:
+        callback_handler.remove_start_callback(callback)
+    except ValueError:  # never registered (compiled before the recording)
+        pass
+
+
 def group_ranks(pg) -> list:
     """The global ranks of a group's members, in group-rank order."""
     import torch.distributed as dist
@@ -741,6 +846,11 @@ def written_arguments(func, args):
 def own_parameters(module) -> list:
     """A module's own parameters (not its children's), without the generator's overhead."""
     return [p for p in module._parameters.values() if p is not None]
+
+
+def own_parameter(module, name: str):
+    """The parameter `module` registers as `name` itself (None when it has none by that name)."""
+    return module._parameters.get(name)
 
 
 # Opcodes that branch on the value just computed: the Python value of a tensor feeds control flow.
@@ -816,31 +926,39 @@ PATCH_POINTS = (
      "torch._C:StorageBase.data_ptr"),
     ("FakeTensor.data_ptr set on the class (inherited from TensorBase)", "FakeDataPointerTap", "2.13.0",
      "torch._C:TensorBase.data_ptr"),
-    ("safetensors.torch._flatten_as_ptr replaced on its module", "_checkpoints._saving.SaveTap",
+    ("safetensors.torch._flatten_as_ptr replaced on its module", "dry.checkpoints.saving.SaveTap",
      "safetensors 0.8.0", "safetensors.torch:_flatten_as_ptr"),
-    ("safetensors.torch.serialize_file replaced on its module", "_checkpoints._saving.SaveTap",
+    ("safetensors.torch.serialize_file replaced on its module", "dry.checkpoints.saving.SaveTap",
      "safetensors 0.8.0", "safetensors.torch:serialize_file"),
-    ("safetensors.torch.serialize replaced on its module", "_checkpoints._saving.SaveTap",
+    ("safetensors.torch.serialize replaced on its module", "dry.checkpoints.saving.SaveTap",
      "safetensors 0.8.0", "safetensors.torch:serialize"),
-    ("torch.save replaced on its module", "_checkpoints._saving.TorchSaveTap", "2.13.0", "torch:save"),
-    ("c10d's object collectives replaced on their modules", "_objects.ObjectCollectivesTap", "2.13.0",
+    ("torch.save replaced on its module", "dry.checkpoints.saving.TorchSaveTap", "2.13.0", "torch:save"),
+    ("c10d's object collectives replaced on their modules", "dry.objects.ObjectCollectivesTap", "2.13.0",
      "torch.distributed.distributed_c10d:scatter_object_list"),
     ("FakeTensor.__new__ replaced on the class", "ParameterClassTap", "2.13.0",
      "torch._subclasses.fake_tensor:FakeTensor.__new__"),
     ("running outside every dispatch mode", "run_real", "2.13.0",
      "torch.utils._python_dispatch:_disable_current_modes"),
     ("an op schema's alias annotations", "written_arguments", "2.13.0", "torch._C:FunctionSchema"),
-    ("Module._parameters", "own_parameters", "2.13.0", "torch.nn:Module.register_parameter"),
+    ("Module._parameters", "own_parameters, own_parameter", "2.13.0", "torch.nn:Module.register_parameter"),
     ("CPython bytecode at f_lasti", "branches_on_value", "3.11", "dis:opmap"),
     ("Dynamo's graph-break logger and message", "GRAPH_BREAK_LOGGER", "2.13.0",
      "torch._dynamo.symbolic_convert:InstructionTranslatorBase"),
-    ("fake_collectives.CollectiveOp (a collective's group and bytes)", "observers/collectives", "2.13.0",
+    ("fake_collectives.CollectiveOp (a collective's group and bytes)", "comm_bytes, collective_group", "2.13.0",
      "torch.distributed._tools.fake_collectives:CollectiveOp.get_comm_tensor_size"),
+    ("an op schema's arguments by name", "issued_async", "2.13.0", "torch._C:FunctionSchema"),
+    ("an op overload's packet", "overload_packet", "2.13.0", "torch._ops:OpOverload.overloadpacket"),
+    ("c10d's object-collective helpers", "group_or_default, in_group, group_rank_of, object_collective_device",
+     "2.13.0", "torch.distributed.distributed_c10d:_canonicalize_group_rank"),
+    ("c10d's object-collective pickler", "c10d_pickle, c10d_unpickle", "2.13.0",
+     "torch.distributed.distributed_c10d:_unpickler"),
+    ("dispatch modes, higher-order ops, pytree", "TorchDispatchMode, HigherOrderOperator, tree_leaves", "2.13.0",
+     "torch.utils._python_dispatch:TorchDispatchMode"),
     ("a Work made from a future", "completed_work", "2.13.0", "torch._C._distributed_c10d:_create_work_from_future"),
     ("higher-order ops' rules by mode class", "let_fake_mode_run", "2.13.0",
      "torch._higher_order_ops.flex_attention:flex_attention.python_key_table"),
     ("a boxed ReduceOp's op() method", "reduce_op_name", "2.13.0", "torch.distributed:ReduceOp.RedOpType"),
-    ("Dynamo's compile-start callbacks and counters", "observers/phases", "2.13.0",
+    ("Dynamo's compile-start callbacks and counters", "on_compile_start, dynamo_compiled_a_graph", "2.13.0",
      "torch._dynamo.callback:callback_handler.register_start_callback"),
     ("the wrapper torch.compile makes for a callable", "CompiledCallTap", "2.13.0",
      "torch._dynamo.eval_frame:OptimizeContext.__call__"),

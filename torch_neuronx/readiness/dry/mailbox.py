@@ -1,0 +1,156 @@
+"""Point-to-point messages between the ranks of one dry run: what a rank sends, its peer receives.
+
+The receiver of a ``send``/``recv`` has no value of its own to take for the sender's (the rule of
+the other collectives, ``collective_values``), so a dry run passes the real message. The ranks of a dry run
+of a torchrun job are forked from one parent (``launch.scheduler``) and share a directory: each send writes
+its message to a file named by (group, source, destination, sequence number), and the matching
+receive waits for that file. A message is what the sender has: the pickled objects of
+``send_object_list`` (always), or a tensor's value where the dry run knows it (a flag, a vote, a
+size), else a marker that it is not known. Sends never wait, as the fake process group's do not.
+
+A receive waits while its peer runs, for at most ``TIMEOUT``. A rank that waits tells the parent, which does not count it among the ranks running at once (``--workers``): a
+pipeline's stages wait for each other, and all must run. Whether the peer is there is told by
+``receive``: ``"absent"`` (it does not run in this dry run: ``--ranks``, or a single process),
+``"exited"`` (it ended without sending this message), ``"stuck"`` (every rank running waits for
+another's message, none of which is there: the job would hang) or ``"timeout"``.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import os
+import pickle
+import time
+
+_NOT_KNOWN = b"not known"
+TIMEOUT = 600.0  # seconds a receive waits for its message: c10d's default for NCCL groups
+
+_dir: str | None = None  # the shared directory, in a rank of a dry run of a torchrun job
+_ranks: frozenset = frozenset()  # the global ranks this dry run runs
+_notify = None  # tells the parent this rank waits (True) or runs again (False)
+_sequence: collections.Counter = collections.Counter()  # (kind, group, src, dst) -> messages so far
+
+
+def configure(raw_dir: str, ranks, notify) -> None:
+    """In a forked rank: the directory the ranks share, the ranks that run, how to tell the parent."""
+    global _dir, _ranks, _notify
+    _dir = os.path.join(raw_dir, "p2p")  # made at the first message: most jobs send none
+    _ranks, _notify = frozenset(ranks), notify
+    _sequence.clear()
+
+
+def _path(kind: str, group: str, src: int, dst: int) -> str:
+    os.makedirs(_dir, exist_ok=True)
+    key = (kind, group, src, dst)
+    _sequence[key] += 1
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in group)
+    return os.path.join(_dir, f"{kind}.{safe}.{src}-{dst}.{_sequence[key]}")
+
+
+def send(kind: str, group: str, src: int, dst: int, payload: bytes) -> None:
+    """Leaves `payload` for `dst` (the next message of this kind from `src` in `group`)."""
+    if _dir is None:
+        return
+    path = _path(kind, group, src, dst)
+    with open(path + ".tmp", "wb") as f:
+        f.write(payload)
+    os.replace(path + ".tmp", path)
+
+
+def send_tensor(group: str, src: int, dst: int, value) -> None:
+    """A tensor's value (a host tensor), or None when the dry run does not know it."""
+    if _dir is None:
+        return
+    if value is None:
+        send("tensor", group, src, dst, _NOT_KNOWN)
+        return
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(value, buf)
+    send("tensor", group, src, dst, buf.getvalue())
+
+
+def receive(kind: str, group: str, src: int, dst: int, timeout: float) -> tuple[bytes | None, str]:
+    """The next message of this kind from `src` to `dst` in `group`: (payload, "") or (None, why)."""
+    if _dir is None or src not in _ranks:
+        return None, "absent"
+    path = _path(kind, group, src, dst)
+    if not os.path.exists(path):
+        why = _wait(path, src, dst, time.monotonic() + timeout)
+        if why:
+            return None, why
+    with open(path, "rb") as f:
+        payload = f.read()
+    os.remove(path)  # read once: a long run leaves no message behind
+    return payload, ""
+
+
+def _wait(path: str, src: int, dst: int, deadline: float) -> str:
+    """Waits for `path`; "" once it is there, else why it will not be."""
+    mine, stuck = os.path.join(_dir, f"waiting.{dst}"), os.path.join(_dir, f"stuck.{dst}")
+    with open(mine, "w") as f:  # what this rank waits for: the parent tells a deadlock by it
+        f.write(path)
+    if _notify is not None:
+        _notify(True)
+    try:
+        while not os.path.exists(path):
+            # the peer writes its messages before its recording: an exit is seen after its last message
+            if os.path.exists(os.path.join(os.path.dirname(_dir), f"rank{src}.json")) and not os.path.exists(path):
+                return "exited"
+            if _reads(stuck) == path and not os.path.exists(path):
+                return "stuck"
+            if time.monotonic() > deadline:
+                return "timeout"
+            time.sleep(0.02)
+        return ""
+    finally:
+        os.remove(mine)  # before the parent hears it runs again
+        if _notify is not None:
+            _notify(False)
+
+
+def _reads(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def find_deadlock(raw_dir: str, waiting) -> None:
+    """In the parent, once every rank running waits and none is left to start: if none of the messages
+    they wait for is there, none will be (no rank runs to send it), so each is told (``stuck``)."""
+    awaited = {r: _reads(os.path.join(raw_dir, "p2p", f"waiting.{r}")) for r in waiting}
+    if not awaited or any(p is None or os.path.exists(p) for p in awaited.values()):
+        return
+    for r, p in awaited.items():
+        with open(os.path.join(raw_dir, "p2p", f"stuck.{r}.tmp"), "w") as f:
+            f.write(p)
+        os.replace(os.path.join(raw_dir, "p2p", f"stuck.{r}.tmp"), os.path.join(raw_dir, "p2p", f"stuck.{r}"))
+
+
+def receive_tensor(group: str, src: int, dst: int, timeout: float):
+    """The sender's value of the tensor it sent (a host tensor), or None when it is not known."""
+    payload, _why = receive("tensor", group, src, dst, timeout)
+    if payload is None or payload == _NOT_KNOWN:
+        return None
+    import torch
+
+    return torch.load(io.BytesIO(payload), weights_only=True)
+
+
+def pickle_objects(objects: list) -> bytes:
+    """The objects as c10d pickles them (its pickler), as one message."""
+    from .. import _torch_private
+
+    return pickle.dumps([_torch_private.c10d_pickle(obj) for obj in objects])
+
+
+def unpickle_objects(payload: bytes) -> list:
+    """The sender's objects, each unpickled as c10d does; and their pickled sizes."""
+    from .. import _torch_private
+
+    parts = pickle.loads(payload)
+    return [_torch_private.c10d_unpickle(p) for p in parts], [len(p) for p in parts]

@@ -1,0 +1,253 @@
+"""From op times to a step's: buckets by the overlap rule, a rank's median step, the slowest rank,
+MFU, and a generation's phases; each as a typed result (``results``)."""
+
+from __future__ import annotations
+
+import statistics
+from typing import NamedTuple
+
+from neuronsim import hardware as hw
+
+from .collective_time import collective_time
+from .results import (
+    SHARES,
+    Breakdown,
+    BucketEstimate,
+    Estimate,
+    OpRow,
+    PhaseEstimate,
+    Phases,
+    RankEstimate,
+    Utilisation,
+    no_terms,
+)
+from .time_model import call_time, core_figures, tensor_rate
+
+
+def estimate(
+    recordings: list, chip: str, lnc: int, fp32_precision: str = "highest", instance: str | None = None
+) -> Estimate:
+    """Estimate of the recorded ranks' run on `chip` at `lnc` (on `instance`, for its NeuronLink).
+
+    The step time is the slowest rank's (data-parallel ranks wait for each other); with detected
+    steps, the median step after the first (which also builds the model), or the only one.
+    Without a figure the model needs, the estimate holds `missing` (why) and no times.
+    """
+    try:
+        fig = core_figures(chip, lnc, instance)
+    except hw.MissingFigure as e:
+        return Estimate(chip=chip, lnc=lnc, instance=instance, missing=str(e))
+    per_rank = [_rank_estimate(r, fig, fp32_precision) for r in recordings]
+    slowest = max(per_rank, key=lambda e: e.step_seconds)
+    util = _utilisation(per_rank, slowest.step_seconds, fig, fp32_precision)
+    return Estimate(
+        **vars(slowest),
+        **vars(util),
+        chip=chip,
+        lnc=lnc,
+        instance=instance,
+        figures=fig,
+        phases=phases(recordings, fig, fp32_precision),
+    )
+
+
+def phases(recordings: list, fig: dict, prec: str = "highest") -> Phases | None:
+    """Estimates of a generation's phases: the median prefill (time to first token) and the median
+    decode step (time per output token), each of the slowest rank, with its terms, shares and MFU.
+    None when the run has no decode step (training, or forwards without a KV cache); `missing`
+    when forwards ran inside torch.compile, where module hooks do not delimit them."""
+    recorded = [r.generation for r in recordings]
+    if not any(b.phase == "decode" for g in recorded for b in g.forwards):
+        return None
+    if any(g.compiled_outside for g in recorded):
+        return Phases(
+            missing="a compiled graph ran outside any forward the report could delimit (a callable compiled "
+            "before the report started); its phases are estimated for eager forwards and for callables "
+            "compiled during the report"
+        )
+    out = Phases()
+    for phase in ("prefill", "decode"):
+        per_rank = [
+            _phase_rank(rec, buckets, fig, prec)
+            for rec, g in zip(recordings, recorded)
+            if (buckets := [b for b in g.forwards if b.phase == phase])
+        ]
+        if per_rank:
+            slowest = max(per_rank, key=lambda e: e.seconds)
+            util = _utilisation(per_rank, slowest.seconds, fig, prec)
+            slowest.mfu, slowest.mfu_dtype, slowest.model_flops = util.mfu, util.mfu_dtype, util.model_flops
+            setattr(out, phase, slowest)
+    return out
+
+
+def _phase_rank(rec, buckets: list, fig: dict, prec: str) -> PhaseEstimate:
+    """One rank's median bucket of a phase: its seconds, terms and shares."""
+    times = _bucket_times(buckets, rec.graph_parts, fig, prec)
+    median, i = _median_bucket([t.seconds for t in times])
+    summary = _summary([buckets[i]], times[i].hidden, rec.graph_parts, fig, prec, top=20)
+    return PhaseEstimate(**vars(summary), seconds=median, count=len(buckets), tokens=buckets[i].tokens)
+
+
+def _utilisation(per_rank: list, seconds: float, fig: dict, prec: str) -> Utilisation:
+    """MFU: every rank's matmul-like FLOPs in the step over what all ranks' cores could do in
+    `seconds` at the dense peak of the dtype that has most of those FLOPs."""
+    flops: dict = {}
+    for r in per_rank:
+        for dtype, f in r.tensor_flops.items():
+            flops[dtype] = flops.get(dtype, 0) + f
+    total = sum(flops.values())
+    if not total or not seconds:
+        return Utilisation(model_flops=total)
+    dtype = max(flops, key=flops.get)
+    peak = tensor_rate(fig, dtype, prec) * len(per_rank)
+    return Utilisation(model_flops=total, mfu_dtype=dtype, peak_flops=peak, mfu=total / (seconds * peak))
+
+
+def _graph_seconds(parts: dict, fig: dict, prec: str) -> dict:
+    """Estimated seconds of one run of each compiled graph, from its parts."""
+    return {g: sum(call_time(fig, p, prec)[0] for p in ps) for g, ps in parts.items()}
+
+
+class _BucketTime(NamedTuple):
+    """What the step times and a breakdown's hidden collective time read of one Bucket."""
+
+    seconds: float  # estimated
+    hidden: float  # of asynchronous collectives, under compute
+
+
+def _bucket_time(b, fig: dict, prec: str, graph_seconds: dict) -> _BucketTime:
+    """Estimated seconds, and seconds of asynchronous collectives hidden under compute, of a Bucket,
+    by the overlap rule of the assumptions (collectives waited for add their whole time;
+    asynchronous ones only what exceeds the bucket's compute)."""
+    compute = sum(call_time(fig, c, prec)[0] * n for c, n in b.ops.items())
+    compute += sum(graph_seconds[g] * n for g, n in b.graphs.items())
+    waited = overlappable = 0.0
+    for c, n in b.collectives.items():
+        t = collective_time(fig, c.kind, c.bytes, c.group_size)[0] * n
+        if c.asynchronous:
+            overlappable += t
+        else:
+            waited += t
+    hidden = min(overlappable, compute)
+    return _BucketTime(compute + waited + overlappable - hidden, hidden)
+
+
+def _bucket_times(buckets: list, parts: dict, fig: dict, prec: str) -> list:
+    """The _BucketTime of each Bucket (each compiled graph in `parts` timed once)."""
+    graph_seconds = _graph_seconds(parts, fig, prec)
+    return [_bucket_time(b, fig, prec, graph_seconds) for b in buckets]
+
+
+def bucket_estimate(parts: dict, bucket, fig: dict, prec: str) -> BucketEstimate:
+    """One bucket's estimate, for a benchmark that composes its own (``TimeModel.bucket``)."""
+    terms, _, flops = _breakdown([bucket], parts, fig, prec)
+    seconds, hidden = _bucket_time(bucket, fig, prec, _graph_seconds(parts, fig, prec))
+    return BucketEstimate(seconds, hidden, terms, flops)
+
+
+def _median_bucket(seconds: list) -> tuple:
+    """(median seconds, index of the bucket nearest to it): the bucket the breakdown shows."""
+    median = statistics.median(seconds)
+    return median, min(range(len(seconds)), key=lambda j: abs(seconds[j] - median))
+
+
+def _summary(scope: list, hidden: float, parts: dict, fig: dict, prec: str, top: int | None = None) -> Breakdown:
+    """Terms, their shares, the dominant one, Tensor Engine FLOPs and the costliest ops of `scope`;
+    `hidden` is the time of its asynchronous collectives under compute, from its _BucketTimes."""
+    terms, by_op, tensor_flops = _breakdown(scope, parts, fig, prec)
+    total = sum(terms.values()) or 1.0
+    return Breakdown(
+        terms=terms,
+        hidden_seconds=hidden,
+        term_shares={k: v / total for k, v in terms.items()},
+        dominant=max(terms, key=terms.get),
+        tensor_flops=tensor_flops,
+        ops=sorted(by_op.values(), key=lambda e: -e.seconds)[:top],
+    )
+
+
+def _rank_estimate(rec, fig: dict, prec: str) -> RankEstimate:
+    n_steps = rec.steps
+    buckets = rec.buckets
+    times = _bucket_times(buckets, rec.graph_parts, fig, prec)
+    seconds = [t.seconds for t in times]
+    if n_steps:
+        # the first step also builds the model and the optimizer's state: of several, left out
+        first = 1 if n_steps > 1 else 0
+        step_seconds, i = _median_bucket(seconds[first:n_steps])
+        i += first
+        scope, times = [buckets[i]], [times[i]]  # the breakdown is of the median step
+    else:
+        step_seconds = sum(seconds)
+        scope = buckets
+    summary = _summary(scope, sum(t.hidden for t in times), rec.graph_parts, fig, prec)
+    terms = summary.terms
+    total = sum(terms.values()) or 1.0
+    collectives = terms["collective latency"] + terms["collective bandwidth"]
+    shares = {k: (collectives if k == "collectives" else terms[k]) / total for k in SHARES}
+    return RankEstimate(
+        **vars(summary), rank=rec.rank, step_seconds=step_seconds, bucket_seconds=seconds, per_step=bool(n_steps),
+        shares=shares,
+    )  # fmt: skip
+
+
+def _add_call(terms: dict, e: OpRow, t: float, p: dict, flops: int, nbytes: int, n: int) -> bool:
+    """Count `n` calls of one op (time `t`, parts `p`) in the terms and its breakdown row `e`;
+    True when compute-bound."""
+    terms["fixed"] += p["fixed"] * n
+    compute_bound = p["compute"] >= p["memory"]
+    terms["compute" if compute_bound else "memory"] += max(p["compute"], p["memory"]) * n
+    e.flops += flops * n
+    e.bytes += nbytes * n
+    e.seconds += t * n
+    e.fixed_seconds += p["fixed"] * n
+    return compute_bound
+
+
+def _graph_dtype(parts: list) -> str:
+    """A compiled graph's row is labelled with the dtype of its matmuls (else of its fused kernel)."""
+    return next((p.dtype for p in parts if p.kind == "tensor"), parts[0].dtype if parts else "-")
+
+
+def _graph_rows(b, parts: dict, fig: dict, prec: str, terms: dict, by_op: dict, tensor_flops: dict) -> None:
+    for g, n in b.graphs.items():
+        ps = parts[g]
+        e = by_op.setdefault((g, _graph_dtype(ps)), OpRow(g, _graph_dtype(ps)))
+        e.count += n
+        compute = memory = 0.0
+        for part in ps:
+            t, p = call_time(fig, part, prec)
+            # Tensor Engine FLOPs only, as for ops: a fused kernel's count is of vector operations
+            _add_call(terms, e, t, p, part.flops if part.kind == "tensor" else 0, part.bytes, n)
+            compute, memory = compute + p["compute"], memory + p["memory"]
+            if part.kind == "tensor":
+                tensor_flops[part.dtype] = tensor_flops.get(part.dtype, 0) + part.flops * n
+        e.compute_bound_calls += n if compute >= memory else 0
+
+
+def _breakdown(scope: list, parts: dict, fig: dict, prec: str) -> tuple:
+    """(terms, per-op rows, matmul-like FLOPs by dtype) of the buckets in `scope`."""
+    terms = no_terms()
+    by_op: dict = {}
+    tensor_flops: dict = {}
+    for b in scope:
+        _graph_rows(b, parts, fig, prec, terms, by_op, tensor_flops)
+        for c, n in b.ops.items():
+            if c.kind == "view":
+                continue
+            t, p = call_time(fig, c, prec)
+            e = by_op.setdefault((c.op, c.dtype), OpRow(c.op, c.dtype))
+            e.count += n
+            e.compute_bound_calls += n if _add_call(terms, e, t, p, c.flops, c.bytes, n) else 0
+            if c.kind == "tensor":
+                tensor_flops[c.dtype] = tensor_flops.get(c.dtype, 0) + c.flops * n
+        for c, n in b.collectives.items():
+            t, lat, bw = collective_time(fig, c.kind, c.bytes, c.group_size)
+            terms["collective latency"] += lat * n
+            terms["collective bandwidth"] += bw * n
+            name = f"c10d::{c.kind}"
+            e = by_op.setdefault((name, c.dtype), OpRow(name, c.dtype))
+            e.count += n
+            e.bytes += c.bytes * n
+            e.seconds += t * n
+    return terms, by_op, tensor_flops

@@ -1,0 +1,145 @@
+"""The phases of a generation: top-level forwards while no optimizer step has run."""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from ... import _torch_private
+from ..recording import Bucket, Generation
+
+
+class Phases:
+    """Top-level ``nn.Module`` forwards while no optimizer step has run: the phases of
+    inference. Each bucket runs from the start of one top-level forward to the start of the
+    next (so a token's sampling counts with the forward that produced it).
+
+    A forward is a decode step when it gets the same ``past_key_values`` object as the forward
+    before it and one token per sequence (``input_ids`` / ``inputs_embeds`` / its first tensor
+    argument of shape ``(batch, 1, ...)``), as ``generate`` calls it; any other is a prefill.
+    Forwards run inside torch.compile are not seen by module hooks (and the hooks are removed
+    when a compile starts: Dynamo would trace them): each outermost call of a ``torch.compile``'d
+    callable made during the recording (``generate``'s compiled decode step, a compiled
+    model) starts a forward instead, classified by the same rule from the call's arguments,
+    with the compiled graphs it runs costed whole. After the first compile, eager forwards are
+    not delimited: they count with the forward before them. A compiled graph run outside any
+    forward (a callable compiled before the recording) is noted, and the phases are then not
+    estimated.
+    """
+
+    def __init__(self, spans):
+        self.spans = spans
+        self.forwards: list = []
+        self._cur = None
+        self._depth = 0
+        self._off = False
+        self._prev_cache = None
+        self._handles = ()
+        self._tap = None
+        self.compiled_outside = False
+
+    def start(self) -> None:
+        from torch.nn.modules import module
+
+        self.spans.on_step(self.training)
+        # Global module hooks change what Dynamo traces (and so its guards): code compiled
+        # without them would recompile. So no hooks once anything is compiled, and none
+        # from the moment a compile starts.
+        if _torch_private.dynamo_compiled_a_graph():
+            self.compiled_outside = True
+            return
+        _torch_private.on_compile_start(self._on_compile)
+        self._tap = _torch_private.CompiledCallTap(self._compiled_call)
+        self._tap.install()
+        self._handles = (
+            module.register_module_forward_pre_hook(self._pre),
+            module.register_module_forward_hook(self._post, with_kwargs=True, always_call=True),
+        )
+
+    def _on_compile(self, _args=None) -> None:
+        # Inside a call of a callable compiled during the recording, that call is the forward.
+        inside = self._tap is not None and self._tap.active()
+        self.compiled_outside = self.compiled_outside or not inside
+        self._unhook(keep_forward=inside)
+
+    def _unhook(self, keep_forward: bool = False) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = ()
+        if not keep_forward:
+            self._switch(None)
+
+    def _switch(self, bucket) -> None:
+        if self._cur is not None:
+            self.spans.close(self._cur)
+        self._cur = bucket
+        if bucket is not None:
+            self.spans.open(bucket)
+
+    def stop(self) -> None:
+        _torch_private.on_compile_start(self._on_compile, remove=True)
+        if self._tap is not None:
+            self._tap.remove()
+            self._tap = None
+        self._unhook()
+
+    def training(self) -> None:
+        """An optimizer step ran: this is training, whose steps are the optimizer's."""
+        self._off = True
+        self.forwards.clear()
+        self._switch(None)
+
+    def graph_ran(self) -> None:
+        """A compiled graph ran: outside an eager forward of a generation, the phases are unknown."""
+        if self._cur is None and not self._off and self.forwards:
+            self.compiled_outside = True
+
+    def _compiled_call(self, args, kwargs) -> None:
+        """A torch.compile'd callable is called: a forward whose module hooks run compiled."""
+        if self._off:
+            return
+        self.forwards.append(Bucket())
+        self._switch(self.forwards[-1])
+        self._cur.phase, self._cur.tokens = self._classify(args, kwargs)
+
+    def _pre(self, module, args):
+        if torch.compiler.is_compiling():
+            return
+        self._depth += 1
+        if self._depth == 1 and not self._off:
+            self.forwards.append(Bucket())
+            self._switch(self.forwards[-1])
+
+    def _post(self, module, args, *kwargs_and_output):
+        # (module, args, kwargs, output); a forward that raised gets (module, args, None):
+        # PyTorch calls always-called global hooks without kwargs on that path.
+        kwargs = kwargs_and_output[0] if len(kwargs_and_output) == 2 else {}
+        if torch.compiler.is_compiling():
+            return
+        self._depth = max(self._depth - 1, 0)
+        if self._depth == 0 and self._cur is not None and self._cur.phase is None:
+            self._cur.phase, self._cur.tokens = self._classify(args, kwargs)
+
+    def _classify(self, args, kwargs) -> tuple:
+        cache = kwargs.get("past_key_values")
+        x = kwargs.get("input_ids")
+        x = kwargs.get("inputs_embeds") if x is None else x
+        if not isinstance(x, torch.Tensor):
+            x = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        tokens = int(x.shape[1]) if isinstance(x, torch.Tensor) and x.dim() >= 2 else None
+        prev, self._prev_cache = self._prev_cache, _weak(cache)
+        same_cache = cache is not None and prev is not None and prev() is cache
+        return ("decode" if same_cache and tokens == 1 else "prefill"), tokens
+
+    def record(self) -> Generation:
+        return Generation([b.typed() for b in self.forwards if b.phase is not None], self.compiled_outside)
+
+
+def _weak(obj):
+    if obj is None:
+        return None
+    try:
+        return weakref.ref(obj)
+    except TypeError:  # not weak-referenceable: keep it (a cache lives as long as its generate anyway)
+        return lambda: obj
