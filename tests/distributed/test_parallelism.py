@@ -138,6 +138,21 @@ def test_context_parallel_sdpa_matches_single_core(nproc):
         assert out.count(msg) == nproc, out
 
 
+TP_ATTENTION_CASES = ["causal", "mask", "autocast", "compile", "heads", "batch", "gqa", "head_mask", "bad_mask"]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_tensor_parallel_sdpa_on_dtensors_matches_single_core():
+    out = torchrun(2, "tp_attention_worker.py", ",".join(TP_ATTENTION_CASES))
+    _check_cases(out, TP_ATTENTION_CASES, 2)
+    msg = (
+        "BAD_MASK ValueError: aten._scaled_dot_product_flash_attention_for_cpu.default: attn_mask of shape "
+        "[1, 8, 16, 16] placed (Shard(dim=2),) fits no sharding of query (shape [2, 8, 16, 8])"
+    )
+    assert out.count(msg) == 2, out
+
+
 # Combined layouts (examples/layouts.py) on 2, 4 and 8 ranks; 8 ranks need 8 logical cores,
 # a trn2.48xlarge's.
 LAYOUTS = [
@@ -165,24 +180,61 @@ import sys
 import torch
 CP = "torch.distributed.tensor.experimental._context_parallel._attention"
 assert CP not in sys.modules, "import torch loaded context parallelism"
+assert "torch.distributed.tensor" not in sys.modules, "import torch loaded DTensor"
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.experimental._context_parallel import _attention, _sharding_rules
+from torch_neuronx.distributed import context_parallel, sdpa_sharding
 aten = torch.ops.aten
 ops = [aten._scaled_dot_product_flash_attention_for_cpu.default,
        aten._scaled_dot_product_flash_attention_for_cpu_backward.default]
 assert all(op in _attention.custom_ops for op in ops)
 handlers = lambda: DTensor._op_dispatcher._custom_op_handlers
-strategies = lambda: DTensor._op_dispatcher.sharding_propagator.op_strategy_funcs
-assert not any(op in handlers() or op in strategies() for op in ops)
+propagator = DTensor._op_dispatcher.sharding_propagator
+strategies = lambda: [propagator.op_strategy_funcs.get(op) for op in ops]
+tp = [sdpa_sharding.forward_strategy, sdpa_sharding.backward_strategy]
+cp = [context_parallel._fwd_strategy, context_parallel._bwd_strategy]
+# Outside context parallelism: DTensor's tensor-parallel strategies, no ring handler.
+assert strategies() == tp and not any(op in handlers() for op in ops), strategies()
 _attention._enable_cp_dtensor_dispatcher()
-assert all(op in handlers() and op in strategies() for op in ops)
+assert strategies() == cp and all(op in handlers() for op in ops), strategies()
 _attention._disable_cp_dtensor_dispatcher()
-assert not any(op in handlers() or op in strategies() for op in ops)
+assert strategies() == tp and not any(op in handlers() for op in ops), strategies()
+assert all(propagator.op_to_schema_info[op].static_kwargkey == ["attn_mask"] for op in ops)
 assert _attention.__spec__.loader.get_source(CP)  # the module keeps its own loader
 print("OK")
 """
     p = run_python(code, env=worker_env())
     assert p.returncode == 0 and p.stdout.strip() == "OK", p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("device", ["neuron", "cpu"])
+def test_sdpa_on_head_sharded_dtensors_equals_one_cores_heads(device):
+    # One process with PyTorch's fake process group, as rank 0 of 2: heads sharding needs no
+    # collective. CPU meshes shard too (they raised "does not have a sharding strategy" before).
+    code = f"""
+import torch
+import torch.nn.functional as F
+import torch.distributed as dist
+from torch.testing._internal.distributed.fake_pg import FakeStore
+dist.init_process_group("fake", rank=0, world_size=2, store=FakeStore())
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Shard
+mesh = init_device_mesh("{device}", (2,))
+g = torch.Generator().manual_seed(0)
+q, k, v, dout = (torch.randn(2, 4, 8, 16, generator=g).to("{device}") for _ in range(4))
+ref = [t.clone().requires_grad_() for t in (q, k, v)]
+ref_out = F.scaled_dot_product_attention(*ref, is_causal=True)
+ref_out.backward(dout)
+mine = [DTensor.from_local(t[:, :2].clone(), mesh, [Shard(1)]).requires_grad_() for t in (q, k, v)]
+out = F.scaled_dot_product_attention(*mine, is_causal=True)
+out.backward(DTensor.from_local(dout[:, :2].clone(), mesh, [Shard(1)]))
+for got, want in zip([out] + [t.grad for t in mine], [ref_out] + [t.grad for t in ref]):
+    assert got.placements == (Shard(1),), got.placements
+    assert torch.equal(got.to_local().cpu(), want[:, :2].detach().cpu())
+print("OK")
+"""
+    p = run_python(code, env=worker_env())
+    assert p.returncode == 0 and p.stdout.strip().endswith("OK"), p.stdout + p.stderr
 
 
 def test_context_parallel_refuses_a_sequence_the_ranks_do_not_divide():

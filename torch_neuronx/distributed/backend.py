@@ -156,9 +156,10 @@ def register_backend() -> None:
         from . import hangs
 
         hangs.install()
-        from .context_parallel import install_hook
+        from . import context_parallel, sdpa_sharding
 
-        install_hook()  # ring attention for neuron's SDPA, once PyTorch's CP module loads
+        sdpa_sharding.install_hook()  # DTensor shards neuron's SDPA op, once DTensor loads
+        context_parallel.install_hook()  # ring attention for neuron's SDPA, once PyTorch's CP module loads
     if dist.is_available() and BACKEND_NAME.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=DEVICES)
         atexit.register(_release_backends, everything=True)

@@ -24,12 +24,9 @@ eagerly would load DTensor and flex attention at ``import torch``).
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
-import sys
-import warnings
-
 import torch
+
+from ._after_import import after_import
 
 _CP_MODULE = "torch.distributed.tensor.experimental._context_parallel._attention"
 SEQ_DIM = 2  # what PyTorch's ring attention shards: (batch, heads, sequence, head_dim)
@@ -192,48 +189,6 @@ def _install(attention_module) -> None:
     _sharding_rules.register_cp_sharding_rules = register_cp_sharding_rules
 
 
-class _PostImportFinder(importlib.abc.MetaPathFinder):
-    """Runs :func:`_install` right after PyTorch's context-parallel module is imported."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != _CP_MODULE:
-            return None
-        sys.meta_path.remove(self)
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None:
-            return None
-        # Wrap this module's own loader instance (one per module): the module keeps its real
-        # loader, for tracebacks and inspect.
-        exec_module = spec.loader.exec_module
-
-        def exec_and_install(module):
-            exec_module(module)
-            try:
-                _install(module)
-            except (AttributeError, ImportError) as e:
-                # Never break the import of PyTorch's module: CP keeps PyTorch's behaviour.
-                warnings.warn(
-                    f"torch-neuronx: context parallelism for SDPA on neuron is not available with this torch "
-                    f"({torch.__version__}; torch-neuronx supports 2.13): {e}",
-                    stacklevel=2,
-                )
-            if self in sys.meta_path:
-                sys.meta_path.remove(self)
-
-        spec.loader.exec_module = exec_and_install
-        return spec
-
-
-_finder = _PostImportFinder()
-
-
 def install_hook() -> None:
     """Cover the CPU flash op in context parallelism, now or when PyTorch's CP module loads."""
-    module = sys.modules.get(_CP_MODULE)
-    if module is not None:
-        _install(module)
-    elif _finder not in sys.meta_path:
-        sys.meta_path.insert(0, _finder)
+    after_import(_CP_MODULE, _install, "context parallelism for SDPA on neuron")
