@@ -187,6 +187,15 @@ SETTINGS: dict[str, Setting] = {
             "readiness",
             owner="torchrun",
         ),
+        Setting(
+            "LOCAL_WORLD_SIZE",
+            int,
+            0,
+            "ranks per instance: a recording's collectives whose group spans instances are timed over EFA",
+            "configuration.md",
+            "readiness",
+            owner="torchrun",
+        ),
         # -- distributed --
         Setting(
             "LOCAL_RANK",

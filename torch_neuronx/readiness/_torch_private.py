@@ -631,6 +631,163 @@ class ParameterClassTap(AttributeTap):
         return staticmethod(new)
 
 
+# -- torch.distributed.pipelining: a schedule's step and its stages' actions ---------------------------
+# The actions a stage runs for one micro-batch, by the method that runs them: the names of
+# torch.distributed.pipelining's _ComputationType ("F" forward, "B" full backward, "I" backward of
+# the inputs only, "W" of the weights only).
+_STAGE_ACTIONS = {"forward_one_chunk": "F", "backward_weight_one_chunk": "W"}
+
+
+def pipeline_schedules() -> tuple:
+    """The classes whose ``step()`` runs a pipeline schedule (none when pipelining cannot be imported)."""
+    try:
+        from torch.distributed.pipelining import schedules
+    except ImportError:
+        return ()
+    return schedules.PipelineScheduleSingle, schedules.PipelineScheduleMulti
+
+
+def schedule_facts(schedule) -> dict:
+    """What a pipeline schedule is: its class's name, micro-batches per step, stages in all, its
+    stages' indices on this rank, the pipeline group's global ranks, and every rank's actions in
+    order (``{group rank: [(stage, kind, micro-batch), ...]}``, the schedule's own IR; idle slots
+    and communication left out)."""
+    import torch.distributed as dist
+    from torch.distributed.pipelining import schedules
+
+    stages = getattr(schedule, "_stages", None) or [schedule._stage]
+    n, num_stages = schedule._n_microbatches, schedule._num_stages
+    if isinstance(schedule, schedules.PipelineScheduleSingle):
+        # torch 2.13's IR of a single-stage schedule is its picture, not what step() runs (its 1F1B
+        # IR numbers the last stage's micro-batches from 1): the order step() runs, per rank
+        order = {s: _single_stage_order(schedule, s, num_stages, n) for s in range(num_stages)}
+    else:  # multi-stage schedules run their IR
+        order = {
+            int(rank): [
+                (a.stage_index, str(a.computation_type.value), a.microbatch_index)
+                for a in actions
+                if a is not None and str(a.computation_type.value) in ("F", "B", "I", "W")
+            ]
+            for rank, actions in schedule.pipeline_order.items()
+        }
+    group = stages[0].group
+    ranks = dist.get_process_group_ranks(group) if group is not None else list(range(stages[0].group_size))
+    return {
+        "schedule": type(schedule).__name__,
+        "microbatches": n,
+        "stages": num_stages,
+        "stage_indices": [s.stage_index for s in stages],
+        "group": list(ranks),
+        "order": order,
+    }
+
+
+def _single_stage_order(schedule, stage: int, num_stages: int, n: int) -> list:
+    """The actions a single-stage schedule's ``_step_microbatches`` runs on `stage`, in order:
+    1F1B's warmup forwards (as many as the stages after it, itself included), then one backward
+    and one forward in turn, then the remaining backwards; any other, every forward, then every
+    backward (GPipe's)."""
+    from torch.distributed.pipelining import schedules
+
+    if not isinstance(schedule, schedules.Schedule1F1B):
+        backward = [(stage, "B", mb) for mb in range(n)] if schedule._has_backward else []
+        return [(stage, "F", mb) for mb in range(n)] + backward
+    warmup = min(n, num_stages - stage)
+    order = [(stage, "F", mb) for mb in range(warmup)]
+    f = warmup
+    for b in range(n):
+        order.append((stage, "B", b))
+        if f < n:
+            order.append((stage, "F", f))
+            f += 1
+    return order
+
+
+def first_microbatches(schedule, args: tuple, kwargs: dict, target, m: int) -> tuple:
+    """(args, kwargs, target) of a whole-batch ``step()`` cut to its first `m` micro-batches, split
+    and merged by the schedule's own chunk specs (so a schedule of `m` splits them the same way)."""
+    from torch.distributed.pipelining.microbatch import TensorChunkSpec, merge_chunks, split_args_kwargs_into_chunks
+
+    n = schedule._n_microbatches
+    arg_chunks, kwarg_chunks = split_args_kwargs_into_chunks(
+        args, kwargs, n, schedule._args_chunk_spec, schedule._kwargs_chunk_spec
+    )
+    spec = schedule._args_chunk_spec or tuple(TensorChunkSpec(0) for _ in args)
+    kwarg_spec = schedule._kwargs_chunk_spec or {k: TensorChunkSpec(0) for k in kwargs}
+    args = merge_chunks(arg_chunks[:m], spec) if args else args
+    kwargs = merge_chunks(kwarg_chunks[:m], kwarg_spec) if kwargs else kwargs
+    if target is not None:
+        chunks, _ = split_args_kwargs_into_chunks((target,), None, n)
+        target = merge_chunks([c[0] for c in chunks[:m]], TensorChunkSpec(0))
+    return tuple(args), dict(kwargs), target
+
+
+def set_microbatches(schedule, n: int) -> int:
+    """Set the micro-batches a schedule's next step runs; returns what it was."""
+    old, schedule._n_microbatches = schedule._n_microbatches, n
+    return old
+
+
+class ScheduleStepTap:
+    """Wraps ``step()`` of every pipeline schedule with ``wrap(orig)``'s function, for one run."""
+
+    def __init__(self, wrap):
+        self._wrap = wrap
+        self._orig: dict = {}
+
+    def install(self) -> None:
+        for cls in pipeline_schedules():
+            if cls not in self._orig:
+                self._orig[cls] = orig = vars(cls)["step"]
+                cls.step = self._wrap(orig)
+
+    def remove(self) -> None:
+        for cls, orig in self._orig.items():
+            cls.step = orig
+        self._orig = {}
+
+
+class PipelineActionTap:
+    """Runs each stage action of torch.distributed.pipelining (a micro-batch's forward, backward,
+    or weight backward) inside ``around(stage_index, kind, microbatch)``, a context manager."""
+
+    def __init__(self, around):
+        self._around = around
+        self._orig: dict = {}
+
+    def install(self) -> None:
+        try:
+            from torch.distributed.pipelining.stage import _PipelineStageBase
+        except ImportError:
+            return
+        for name in ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk"):
+            if name in vars(_PipelineStageBase) and name not in self._orig:
+                self._orig[name] = orig = vars(_PipelineStageBase)[name]
+                setattr(_PipelineStageBase, name, self._wrap(name, orig))
+
+    def _wrap(self, name: str, orig):
+        import functools
+
+        around = self._around
+
+        @functools.wraps(orig)
+        def action(stage, chunk_id, *args, **kwargs):
+            # a full backward is "B", one of the inputs only "I" (full_backward=False)
+            kind = _STAGE_ACTIONS.get(name) or ("B" if kwargs.get("full_backward", True) else "I")
+            with around(stage.stage_index, kind, chunk_id):
+                return orig(stage, chunk_id, *args, **kwargs)
+
+        return action
+
+    def remove(self) -> None:
+        if self._orig:
+            from torch.distributed.pipelining.stage import _PipelineStageBase
+
+            for name, orig in self._orig.items():
+                setattr(_PipelineStageBase, name, orig)
+            self._orig = {}
+
+
 # -- what the recorder reads -----------------------------------------------------------------
 # Dynamo logs each graph break, with its user line, only to this (private) logger when enabled.
 GRAPH_BREAK_LOGGER = "torch._dynamo.symbolic_convert.__graph_breaks"
@@ -804,6 +961,17 @@ def on_compile_start(callback, remove: bool = False) -> None:
         pass
 
 
+def group_desc(name: str) -> str:
+    """The description c10d gave the group named `name` (a DeviceMesh dimension's is
+    ``mesh_<dim>``), or "" when it has none (or is gone)."""
+    try:
+        from torch._C._distributed_c10d import _resolve_process_group
+
+        return _resolve_process_group(name).group_desc or ""
+    except Exception:
+        return ""
+
+
 def group_ranks(pg) -> list:
     """The global ranks of a group's members, in group-rank order."""
     import torch.distributed as dist
@@ -958,8 +1126,13 @@ PATCH_POINTS = (
     ("higher-order ops' rules by mode class", "let_fake_mode_run", "2.13.0",
      "torch._higher_order_ops.flex_attention:flex_attention.python_key_table"),
     ("a boxed ReduceOp's op() method", "reduce_op_name", "2.13.0", "torch.distributed:ReduceOp.RedOpType"),
+    ("a process group by its name", "group_desc", "2.13.0", "torch._C._distributed_c10d:_resolve_process_group"),
     ("Dynamo's compile-start callbacks and counters", "on_compile_start, dynamo_compiled_a_graph", "2.13.0",
      "torch._dynamo.callback:callback_handler.register_start_callback"),
+    ("a pipeline schedule's micro-batches, stages and IR", "schedule_facts, set_microbatches", "2.13.0",
+     "torch.distributed.pipelining.schedules:PipelineScheduleSingle._get_pipeline_order"),
+    ("a pipeline stage's actions", "PipelineActionTap", "2.13.0",
+     "torch.distributed.pipelining.stage:_PipelineStageBase.backward_weight_one_chunk"),
     ("the wrapper torch.compile makes for a callable", "CompiledCallTap", "2.13.0",
      "torch._dynamo.eval_frame:OptimizeContext.__call__"),
 )  # fmt: skip

@@ -27,9 +27,42 @@ _NOT_KNOWN = b"not known"
 TIMEOUT = 600.0  # seconds a receive waits for its message: c10d's default for NCCL groups
 
 _dir: str | None = None  # the shared directory, in a rank of a dry run of a torchrun job
-_ranks: frozenset = frozenset()  # the global ranks this dry run runs
+_ranks: frozenset = frozenset()  # the global ranks this dry run runs with this one (see running())
 _notify = None  # tells the parent this rank waits (True) or runs again (False)
 _sequence: collections.Counter = collections.Counter()  # (kind, group, src, dst) -> messages so far
+
+
+RUNNING = "running.json"  # in the shared directory: the ranks running with each other now, when it exists
+
+
+def set_running(raw_dir: str, ranks, decided: bool = True) -> None:
+    """In the parent: the ranks that run together from now on (a dry run by classes runs them in
+    rounds); not `decided` while it plans them (a receive then waits for its peer to start)."""
+    import json
+
+    os.makedirs(os.path.join(raw_dir, "p2p"), exist_ok=True)
+    path = os.path.join(raw_dir, "p2p", RUNNING)
+    with open(path + ".tmp", "w") as f:
+        json.dump({"ranks": sorted(ranks), "decided": decided}, f)
+    os.replace(path + ".tmp", path)
+
+
+def _running() -> frozenset | None:
+    """The ranks that may send to this one: the parent's latest word (set_running; None while it
+    is deciding), else the ranks it was forked with."""
+    import json
+
+    try:
+        with open(os.path.join(_dir, RUNNING)) as f:
+            d = json.load(f)
+    except (OSError, ValueError):
+        return _ranks
+    return frozenset(d["ranks"]) if d["decided"] else None
+
+
+def _absent(src: int) -> bool:
+    running = _running()
+    return running is not None and src not in running
 
 
 def configure(raw_dir: str, ranks, notify) -> None:
@@ -74,7 +107,7 @@ def send_tensor(group: str, src: int, dst: int, value) -> None:
 
 def receive(kind: str, group: str, src: int, dst: int, timeout: float) -> tuple[bytes | None, str]:
     """The next message of this kind from `src` to `dst` in `group`: (payload, "") or (None, why)."""
-    if _dir is None or src not in _ranks:
+    if _dir is None or _absent(src):
         return None, "absent"
     path = _path(kind, group, src, dst)
     if not os.path.exists(path):
@@ -101,6 +134,8 @@ def _wait(path: str, src: int, dst: int, deadline: float) -> str:
                 return "exited"
             if _reads(stuck) == path and not os.path.exists(path):
                 return "stuck"
+            if _absent(src) and not os.path.exists(path):  # a dry run by classes left it out
+                return "absent"
             if time.monotonic() > deadline:
                 return "timeout"
             time.sleep(0.02)

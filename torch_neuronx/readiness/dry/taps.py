@@ -14,6 +14,7 @@ from typing import Protocol
 from .. import _torch_private as _tp
 from .checkpoints.saving import SaveTap, TorchSaveTap
 from .objects import ObjectCollectivesTap
+from .pipeline import shortened_steps_tap
 
 
 class Tap(Protocol):
@@ -40,4 +41,5 @@ def dry_run_taps(accounting, values, saved: list) -> list:
         _tp.FakeDataPointerTap(),
         SaveTap(saved.append),
         TorchSaveTap(),
+        shortened_steps_tap(),
     ]

@@ -204,8 +204,7 @@ def _exact_result(store: ValueStore, func, args, kwargs, out) -> tuple:
     real on the host copies of its inputs, when every input is exactly known and `out` is small."""
     leaves = list(_tp.leaves(args, kwargs))
     if func not in _FACTORIES and (
-        func.namespace != "aten"
-        or not any(store.has(a) if isinstance(a, _tp.FakeTensor) else plain(a) for a in leaves)
+        func.namespace != "aten" or not any(store.has(a) if isinstance(a, _tp.FakeTensor) else plain(a) for a in leaves)
     ):
         return None, False  # the common case: nothing known among the inputs
     if any(isinstance(a, torch.nn.Parameter) for a in leaves):

@@ -96,6 +96,8 @@ class RankEstimate(Breakdown):
     bucket_seconds: list = dataclasses.field(default_factory=list)
     per_step: bool = False  # optimizer steps were seen: the time is per step, else of the whole run
     shares: dict = dataclasses.field(default_factory=dict)  # of SHARES
+    # a pipeline-parallel step: the time its schedule's critical path leaves ranks idle (in step_seconds)
+    bubble_seconds: float = 0.0
 
 
 @dataclasses.dataclass

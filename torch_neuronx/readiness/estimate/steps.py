@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 from neuronsim import hardware as hw
 
+from . import pipeline as _pipeline
 from .collective_time import collective_time
 from .results import (
     SHARES,
@@ -35,9 +36,10 @@ def estimate(
     """
     try:
         fig = core_figures(chip, lnc, instance)
+        stages = _stage_times(recordings, fig, fp32_precision)
+        per_rank = [_rank_estimate(r, fig, fp32_precision, stages) for r in recordings]
     except hw.MissingFigure as e:
         return Estimate(chip=chip, lnc=lnc, instance=instance, missing=str(e))
-    per_rank = [_rank_estimate(r, fig, fp32_precision) for r in recordings]
     slowest = max(per_rank, key=lambda e: e.step_seconds)
     util = _utilisation(per_rank, slowest.step_seconds, fig, fp32_precision)
     return Estimate(
@@ -123,7 +125,7 @@ def _bucket_time(b, fig: dict, prec: str, graph_seconds: dict) -> _BucketTime:
     compute += sum(graph_seconds[g] * n for g, n in b.graphs.items())
     waited = overlappable = 0.0
     for c, n in b.collectives.items():
-        t = collective_time(fig, c.kind, c.bytes, c.group_size)[0] * n
+        t = collective_time(fig, c.kind, c.bytes, c.group_size, c.instances > 1)[0] * n
         if c.asynchronous:
             overlappable += t
         else:
@@ -166,7 +168,39 @@ def _summary(scope: list, hidden: float, parts: dict, fig: dict, prec: str, top:
     )
 
 
-def _rank_estimate(rec, fig: dict, prec: str) -> RankEstimate:
+def _stage_times(recordings: list, fig: dict, prec: str) -> dict:
+    """{stage: StageTimes} of every pipeline stage the recordings ran (each stage's first recording);
+    a stage of a schedule that no recording ran takes the slowest recorded stage's times."""
+    times: dict = {}
+    stages = 0
+    for r in recordings:
+        p = r.pipeline
+        if p is None:
+            continue
+        stages = max(stages, p.stages)
+        graph_seconds = _graph_seconds(r.graph_parts, fig, prec)
+        for key, b in p.actions.items():
+            stage, kind = key.split(":")
+            per_mb = _bucket_time(b, fig, prec, graph_seconds).seconds / max(p.ran.get(key, 1), 1)
+            times.setdefault(int(stage), {}).setdefault(kind, per_mb)
+    slowest = {k: max(t.get(k, 0.0) for t in times.values()) for k in {k for t in times.values() for k in t}}
+    return {s: _pipeline.StageTimes(times.get(s, slowest)) for s in range(stages)}
+
+
+def _pipeline_step(rec, step_seconds: float, fig: dict, prec: str, stages: dict) -> tuple:
+    """(seconds, bubble) of a pipeline rank's step: the schedule's critical path over every rank
+    of the pipeline (``pipeline``), plus this rank's own work outside the schedule's actions."""
+    p = rec.pipeline
+    graph_seconds = _graph_seconds(rec.graph_parts, fig, prec)
+    actions = sum(_bucket_time(b, fig, prec, graph_seconds).seconds for b in p.actions.values()) / max(p.steps, 1)
+    sends = [c for b in rec.buckets for c in b.collectives if c.kind in ("send", "isend")]
+    hop = max((collective_time(fig, c.kind, c.bytes, c.group_size, c.instances > 1)[0] for c in sends), default=0.0)
+    path = _pipeline.critical_path(p.order, stages, hop)
+    outside = max(step_seconds - actions, 0.0)
+    return outside + path, path - _pipeline.busiest_rank(p.order, stages)
+
+
+def _rank_estimate(rec, fig: dict, prec: str, stages: dict | None = None) -> RankEstimate:
     n_steps = rec.steps
     buckets = rec.buckets
     times = _bucket_times(buckets, rec.graph_parts, fig, prec)
@@ -180,6 +214,9 @@ def _rank_estimate(rec, fig: dict, prec: str) -> RankEstimate:
     else:
         step_seconds = sum(seconds)
         scope = buckets
+    bubble = 0.0
+    if rec.pipeline is not None and stages:
+        step_seconds, bubble = _pipeline_step(rec, step_seconds, fig, prec, stages)
     summary = _summary(scope, sum(t.hidden for t in times), rec.graph_parts, fig, prec)
     terms = summary.terms
     total = sum(terms.values()) or 1.0
@@ -187,7 +224,7 @@ def _rank_estimate(rec, fig: dict, prec: str) -> RankEstimate:
     shares = {k: (collectives if k == "collectives" else terms[k]) / total for k in SHARES}
     return RankEstimate(
         **vars(summary), rank=rec.rank, step_seconds=step_seconds, bucket_seconds=seconds, per_step=bool(n_steps),
-        shares=shares,
+        shares=shares, bubble_seconds=bubble,
     )  # fmt: skip
 
 
@@ -242,7 +279,7 @@ def _breakdown(scope: list, parts: dict, fig: dict, prec: str) -> tuple:
             if c.kind == "tensor":
                 tensor_flops[c.dtype] = tensor_flops.get(c.dtype, 0) + c.flops * n
         for c, n in b.collectives.items():
-            t, lat, bw = collective_time(fig, c.kind, c.bytes, c.group_size)
+            t, lat, bw = collective_time(fig, c.kind, c.bytes, c.group_size, c.instances > 1)
             terms["collective latency"] += lat * n
             terms["collective bandwidth"] += bw * n
             name = f"c10d::{c.kind}"

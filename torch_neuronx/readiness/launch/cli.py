@@ -67,10 +67,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--ranks",
         type=_rank_spec,
-        default=RankSpec(),
-        help="with --dry-run and a job of several processes: simulate only these ranks of the job, e.g. 0,31 or 0-3,63 "
-        "(each keeps its real rank, world size and mesh coordinates; the report says which ranks were "
-        "not run; default: all)",
+        help="with --dry-run and a job of several processes: which ranks to run. 'classes' (the default): one "
+        "rank per class of ranks that do the same work, the others proven alike by witnesses and answered "
+        "from their class; 'all': every rank; or a list, e.g. 0,31 or 0-3,63 (each keeps its real rank, "
+        "world size and mesh coordinates; the report says which ranks were not run)",
     )
     p.add_argument(
         "--capacity",
@@ -85,7 +85,7 @@ def _child(command: Command, job: Job) -> list[str]:
     torchrun for a real torchrun job; for a dry run of one, the scheduler instead of torchrun)."""
     if job.dry_run and command.torchrun:
         return [sys.executable, "-m", "torch_neuronx.readiness.launch.scheduler", "--job", job.path]
-    if not job.ranks.all:
+    if job.ranks != RankSpec():  # --ranks given, for one process
         raise Unsupported(
             "--ranks needs --dry-run and a job of several processes (torchrun, accelerate launch); for one "
             "process, use torch_neuronx.readiness(dry_run=True, rank=R, world_size=N)"
@@ -95,7 +95,8 @@ def _child(command: Command, job: Job) -> list[str]:
 
 def _job(command: Command, raw_dir: str, opts, absent: list) -> Job:
     """The job of `command`, its rank spec checked against the job's world size."""
-    job = Job(raw_dir, command.target, opts.dry_run, workers=opts.workers, ranks=opts.ranks, absent_weights=absent)
+    ranks = opts.ranks or RankSpec()
+    job = Job(raw_dir, command.target, opts.dry_run, workers=opts.workers, ranks=ranks, absent_weights=absent)
     if opts.dry_run and command.torchrun:
         try:
             job.nnodes, job.nproc_per_node = command.nnodes, int(command.nproc_per_node)
@@ -113,7 +114,7 @@ def _prepare(cmd: list[str], raw_dir: str, opts, env: dict) -> list[str]:
     A launcher that reads the device count (accelerate: one process per core) sees the instance's."""
     from neuronsim import settings as _settings
 
-    if opts.ranks is not None and not opts.ranks.all and not opts.dry_run:
+    if opts.ranks is not None and not opts.dry_run:
         raise Unsupported("--ranks needs --dry-run (a real run runs every rank)")
     absent = []
     if opts.dry_run:  # a real run needs the weights: transformers' own error, as without check
@@ -132,6 +133,15 @@ def _prepare(cmd: list[str], raw_dir: str, opts, env: dict) -> list[str]:
     job = _job(command, raw_dir, opts, absent)
     job.save()
     return _child(command, job)
+
+
+def _read_json(path: str):
+    import json
+
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
 
 
 def _keep_recordings(raws: list, out: str) -> None:
@@ -183,6 +193,7 @@ def main(argv: list[str]) -> int:
         for path in sorted(glob.glob(os.path.join(raw_dir, "rank*.json"))):
             with open(path) as f:
                 raws.append(Recording.from_json(f.read()))
+        classes = _read_json(os.path.join(raw_dir, "classes.json"))
     if not raws:
         print(
             f"torch-neuronx check: the command exited with status {rc} before any rank started recording",
@@ -191,7 +202,9 @@ def main(argv: list[str]) -> int:
         return rc or 1
     from ..report import Report
 
-    report = Report(raws, instance=inst.name, lnc=opts.lnc, capacity=opts.capacity, command=shlex.join(cmd))
+    report = Report(
+        raws, instance=inst.name, lnc=opts.lnc, capacity=opts.capacity, command=shlex.join(cmd), classes=classes
+    )
     paths = report.save(opts.out)
     _keep_recordings(raws, opts.out)
     print(report.summary())

@@ -8,17 +8,27 @@ import json
 import os
 
 
+def groups_path(raw_dir: str, rank: int) -> str:
+    """Where a rank of a dry run writes the process groups it has joined by its first forward."""
+    return os.path.join(raw_dir, f"groups{rank}.json")
+
+
 @dataclasses.dataclass(frozen=True)
 class RankSpec:
-    """Which ranks of a job a dry run runs: every rank (``ranks`` None), or those listed."""
+    """Which ranks of a job a dry run runs: one per class of equivalent ranks, proven alike by
+    witnesses (``classes``, the default: ``launch.classes``), every rank, or those listed."""
 
-    ranks: tuple | None = None
+    ranks: tuple | None = None  # listed ranks
+    classes: bool = True  # without listed ranks: by classes (else every rank)
 
     @classmethod
     def parse(cls, text: str | None, world: int | None = None) -> "RankSpec":
-        """``"0,31"`` or ``"0-3,63"`` (within ``world`` when given); None or "all": every rank."""
-        if text is None or text.strip() == "all":
+        """``"0,31"`` or ``"0-3,63"`` (within ``world`` when given); "all": every rank; None or
+        "classes": by classes."""
+        if text is None or text.strip() == "classes":
             return cls()
+        if text.strip() == "all":
+            return cls(None, classes=False)
         ranks = set()
         for part in text.split(","):
             lo, dash, hi = part.strip().partition("-")
@@ -28,7 +38,7 @@ class RankSpec:
             if last < first:
                 raise ValueError(f"{part.strip()!r} in {text!r} is an empty range; write the lower rank first")
             ranks.update(range(first, last + 1))
-        spec = cls(tuple(sorted(ranks)))
+        spec = cls(tuple(sorted(ranks)), classes=False)
         if world is not None:
             spec.check(world)
         return spec
@@ -41,12 +51,12 @@ class RankSpec:
             )
 
     def select(self, world: int) -> list:
-        """The ranks of a job of `world` ranks this spec runs."""
+        """The ranks of a job of `world` ranks a spec of listed ranks (or of every rank) runs."""
         return list(range(world)) if self.ranks is None else list(self.ranks)
 
     @property
-    def all(self) -> bool:
-        return self.ranks is None
+    def listed(self) -> bool:
+        return self.ranks is not None
 
 
 @dataclasses.dataclass
@@ -75,7 +85,10 @@ class Job:
         """Writes ``job.json`` into the run's directory; returns its path."""
         os.makedirs(self.raw_dir, exist_ok=True)
         d = dataclasses.asdict(self)
-        d["ranks"] = None if self.ranks.all else list(self.ranks.ranks)
+        d["ranks"] = {
+            "ranks": None if self.ranks.ranks is None else list(self.ranks.ranks),
+            "classes": self.ranks.classes,
+        }
         with open(self.path, "w") as f:
             json.dump(d, f)
         return self.path
@@ -84,5 +97,6 @@ class Job:
     def load(cls, path: str) -> "Job":
         with open(path) as f:
             d = json.load(f)
-        d["ranks"] = RankSpec(None if d["ranks"] is None else tuple(d["ranks"]))
+        spec = d["ranks"]
+        d["ranks"] = RankSpec(None if spec["ranks"] is None else tuple(spec["ranks"]), spec["classes"])
         return cls(**d)

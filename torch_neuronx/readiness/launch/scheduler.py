@@ -27,32 +27,53 @@ import sys
 
 from ..dry import mailbox
 from . import rank as _rank
-from .job import Job
+from .job import Job, groups_path
 
 # What a rank tells the parent, as (rank, event) on the pipe: each message is written at once.
 _LOADED, _WAITS, _RUNS = 0, 1, 2
 
 
-def _signal_first_forward(fd: int, rank: int) -> None:
-    """Tell the parent when the first module forward starts (the rank has loaded)."""
+def _signal_first_forward(fd: int, rank: int, raw_dir: str) -> None:
+    """Tell the parent when the first module forward starts (the rank has loaded), with the process
+    groups it has joined by then (a dry run by classes plans from rank 0's)."""
     import torch
 
     def hook(module, args):
         handle.remove()
+        _write_groups(raw_dir, rank)
         os.write(fd, struct.pack("<ii", rank, _LOADED))
 
     handle = torch.nn.modules.module.register_module_forward_pre_hook(hook)
+
+
+def _write_groups(raw_dir: str, rank: int) -> None:
+    import json
+
+    from ..record.session import current
+
+    session = current()
+    if session is None:
+        return
+    groups = session.recorder.sequence.describe_groups()
+    with open(groups_path(raw_dir, rank) + ".tmp", "w") as f:
+        json.dump({n: {"desc": g.desc, "ranks": g.ranks} for n, g in groups.items()}, f)
+    os.replace(groups_path(raw_dir, rank) + ".tmp", groups_path(raw_dir, rank))
 
 
 def _child(rank: int, env: dict, job: Job, terminal: bool, loaded_fd: int, ranks) -> int:
     from neuronsim import settings as _settings
 
     _settings.set_rank_environment(env)
-    _signal_first_forward(loaded_fd, rank)
-    # a rank that waits for a peer's message does not count among those running at once
-    mailbox.configure(
-        job.raw_dir, ranks, lambda waits: os.write(loaded_fd, struct.pack("<ii", rank, _WAITS if waits else _RUNS))
-    )
+    _signal_first_forward(loaded_fd, rank, job.raw_dir)
+
+    # a rank that waits for a peer's message does not count among those running at once; its
+    # groups are built by then (it may wait before its first forward: a pipeline's shape inference)
+    def notify(waits: bool) -> None:
+        if waits:
+            _write_groups(job.raw_dir, rank)
+        os.write(loaded_fd, struct.pack("<ii", rank, _WAITS if waits else _RUNS))
+
+    mailbox.configure(job.raw_dir, ranks, notify)
     if not terminal:
         log = os.open(os.path.join(job.raw_dir, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(log, 1)
@@ -66,17 +87,24 @@ class _Scheduler:
 
     def __init__(self, job: Job, ranks: list):
         self.job, self.raw_dir, self.workers = job, job.raw_dir, max(1, job.workers)
-        self.first, self.ranks = ranks[0], ranks
+        self.first, self.ranks = ranks[0], ranks  # the ranks of this round (a message's peers)
         self.running: dict = {}  # pid -> rank
         self.loading: set = set()  # ranks started that have not begun their first forward
         self.waiting: set = set()  # ranks waiting for a message from another rank
         self.started = 0
         self.loaded_r, self.loaded_w = os.pipe()
         self.worst = 0
+        self.exited: dict = {}  # rank -> exit status
+        self.host_peak = 0  # bytes: the most the ranks running at once held (resident), with this process
+
+    def round(self, ranks: list, started: int = 0) -> None:
+        """Run `ranks` next (`started` of them already running): the ranks a deadlock is told among."""
+        self.ranks, self.started = list(ranks), started
 
     def wait_event(self) -> None:
         """Blocks until a rank exits or reports that it has loaded."""
         while True:
+            self._sample_memory()
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid:
                 self._exited(self.running.pop(pid), os.waitstatus_to_exitcode(status))
@@ -92,7 +120,18 @@ class _Scheduler:
                         self.waiting.discard(rank)
                 return
 
+    def _sample_memory(self) -> None:
+        total = 0
+        for pid in [os.getpid(), *self.running]:
+            try:
+                with open(f"/proc/{pid}/statm") as f:
+                    total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            except (OSError, ValueError, IndexError):  # exited meanwhile; or no /proc
+                pass
+        self.host_peak = max(self.host_peak, total)
+
     def _exited(self, rank: int, rc: int) -> None:
+        self.exited[rank] = rc
         self.loading.discard(rank)
         self.waiting.discard(rank)
         if rc:
@@ -119,34 +158,43 @@ class _Scheduler:
         self.loading.add(rank)
         self.started += 1
 
-    def finish(self) -> int:
+    def drain(self) -> None:
+        """Wait for every rank started to end."""
         while self.running:
             self.wait_event()
+
+    def finish(self) -> int:
+        self.drain()
         os.close(self.loaded_r)
         os.close(self.loaded_w)
         return self.worst
 
 
 def run(job: Job) -> int:
-    """Runs the job's ranks (all, or those of its rank spec: the others are not simulated, and
-    nothing waits for them); returns the highest exit status."""
+    """Runs the job's ranks (by classes, all, or those of its rank spec: the others are not
+    simulated, and nothing waits for them); returns the highest exit status."""
     import torch.distributed as dist
 
     from ..report.text import ranges
     from .preimport import preimport
 
+    shutil.rmtree(os.path.join(job.raw_dir, "p2p"), ignore_errors=True)  # messages of an earlier run: never read
+    preimport(job.target)
+    store = dist.TCPStore("127.0.0.1", 0, job.world, is_master=True, wait_for_workers=False)
+    env = lambda r: _rank.rank_env(r, job.nproc_per_node, job.world, store.port)  # noqa: E731
+    if job.ranks.classes:
+        from .by_classes import run_by_classes
+
+        return run_by_classes(job, _Scheduler(job, [0]), env)
     ranks = job.ranks.select(job.world)
     if len(ranks) < job.world:
         print(
             f"torch-neuronx check: dry run of ranks {ranges(ranks)} of {job.world}; "
             f"the other {job.world - len(ranks)} are not run"
         )
-    shutil.rmtree(os.path.join(job.raw_dir, "p2p"), ignore_errors=True)  # messages of an earlier run: never read
-    preimport(job.target)
-    store = dist.TCPStore("127.0.0.1", 0, job.world, is_master=True, wait_for_workers=False)
     scheduler = _Scheduler(job, ranks)
     for rank in ranks:
-        scheduler.start(rank, _rank.rank_env(rank, job.nproc_per_node, job.world, store.port))
+        scheduler.start(rank, env(rank))
     return scheduler.finish()
 
 

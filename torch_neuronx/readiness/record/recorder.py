@@ -26,6 +26,7 @@ from .observers.fallbacks import Fallbacks
 from .observers.graphs import Graphs
 from .observers.memory import Memory
 from .observers.phases import Phases
+from .observers.pipeline import Pipeline
 from .observers.sequence import CollectiveSequence
 from .observers.spans import Spans
 from .recording import Recording
@@ -109,7 +110,9 @@ class Recorder:
         self.memory = Memory(executor.ledger, track_outputs=not executor.dry)
         self.compile = Compile(self.spans)
         self.sequence = CollectiveSequence(executor.object_collective)
+        self.pipeline = Pipeline(self.spans)
         self._funcs: dict = {}
+        self._instances: dict = {}  # group name -> instances it spans
         self._mode = None
         self._t0 = 0.0
         self.wall_seconds = 0.0
@@ -126,6 +129,7 @@ class Recorder:
         self.phases.start()
         self.graphs.start()
         self.sequence.start()
+        self.pipeline.start()
         self._mode = _Mode(self)
         self._mode.__enter__()
 
@@ -134,6 +138,7 @@ class Recorder:
             self._mode.__exit__(None, None, None)
             self._mode = None
             self.graphs.stop()
+        self.pipeline.stop()
         self.sequence.stop()
         self.spans.stop()
         self.phases.stop()
@@ -177,7 +182,7 @@ class Recorder:
             return  # a host op runs on the host CPU on Trainium too
         if kind == "collective":
             if collective:
-                self.spans.count_collective(collective_key(func, args, kwargs, out, dname, core))
+                self.spans.count_collective(collective_key(func, args, kwargs, out, dname, core, self._instances))
         elif self.graphs.in_graph():
             self.fallbacks.check(func, name, ins, outs, early_fallback)
         elif kind == "view":
@@ -232,6 +237,7 @@ class Recorder:
             compile=self.compile.record(),
             recorder_errors=dict(self.errors),
             error=self.error,
+            pipeline=self.pipeline.record(),
         )
         self.executor.contribute(r)
         return r

@@ -24,7 +24,8 @@ from neuronsim import collectives as _collectives
 #    time model computes each chip's tiles (versions 3-4 keep the tile_flops they recorded, with
 #    trn2's tiles, the same on every chip); CollectiveEntry is written by name and holds the
 #    agreed argument's sizes (older entries take them from their shapes); the recording holds
-#    the weights a dry run stood in for
+#    the weights a dry run stood in for, a pipeline-parallel run's schedule and actions, and how many
+#    instances each collective's group spans (older recordings: one)
 VERSION = 5
 
 
@@ -54,6 +55,7 @@ class CollectiveCall(NamedTuple):
     # a script's own): the step may run compute while it is in flight. Functional collectives
     # (DTensor's) and async_op=False ones are waited for by the next op that reads them.
     asynchronous: bool = False
+    instances: int = 1  # instances (nodes) its group's ranks are on: more than one crosses EFA
 
 
 class GraphPart(NamedTuple):
@@ -200,6 +202,25 @@ class Generation:
 
 
 @dataclasses.dataclass
+class PipelineRecord:
+    """The pipeline schedule this rank ran (torch.distributed.pipelining): what the time model
+    composes a step of. Its stages' actions (a micro-batch's forward "F", backward "B", or the
+    inputs' "I" and weights' "W" halves of it) are counted in buckets of their own, by stage and
+    kind, over every step; `ran` counts them (a dry run may run fewer micro-batches than
+    `microbatches`, each the same work)."""
+
+    schedule: str  # the schedule's class, e.g. "Schedule1F1B"
+    microbatches: int  # per step, as the script asked
+    stages: int  # in the whole pipeline
+    stage_indices: list  # this rank's
+    group: list  # the pipeline group's global ranks, in group-rank order
+    order: dict  # group rank -> [(stage, kind, micro-batch)] of one step, in order
+    actions: dict = dataclasses.field(default_factory=dict)  # "stage:kind" -> Bucket
+    ran: dict = dataclasses.field(default_factory=dict)  # "stage:kind" -> actions run
+    steps: int = 0  # schedule steps run
+
+
+@dataclasses.dataclass
 class Recording:
     """One process's (one rank's) run."""
 
@@ -226,6 +247,7 @@ class Recording:
     saved_without_data: list = dataclasses.field(default_factory=list)
     # weights a dry run loaded header-only stand-ins for (or could not): {"path", "absent", "class", ...}
     absent_weights: list = dataclasses.field(default_factory=list)
+    pipeline: PipelineRecord | None = None  # a pipeline-parallel run's schedule and actions
     extra: dict = dataclasses.field(default_factory=dict)  # a caller's own keys (benchmarks)
 
     def region(self, name: str) -> Bucket:
@@ -336,7 +358,27 @@ def _to_dict(r: Recording) -> dict:
     d["memory"] = {str(c): _memory_to_dict(m) for c, m in r.memory.items()}
     d["compile"] = dataclasses.asdict(r.compile)
     d["value_reads"] = [dataclasses.asdict(v) for v in r.value_reads]
+    d["pipeline"] = _pipeline_to_dict(r.pipeline)
     return d
+
+
+def _pipeline_to_dict(p: PipelineRecord | None) -> dict | None:
+    if p is None:
+        return None
+    d = dataclasses.asdict(p)
+    d["order"] = {str(k): [list(a) for a in v] for k, v in p.order.items()}
+    d["actions"] = {k: _bucket_to_dict(b) for k, b in p.actions.items()}
+    return d
+
+
+def _pipeline_from_dict(d: dict | None) -> PipelineRecord | None:
+    if d is None:
+        return None
+    return PipelineRecord(
+        **{k: d[k] for k in ("schedule", "microbatches", "stages", "stage_indices", "group", "ran", "steps")},
+        order={int(k): [tuple(a) for a in v] for k, v in d["order"].items()},
+        actions={k: _bucket_from_dict(b) for k, b in d["actions"].items()},
+    )
 
 
 def _memory_to_dict(m: CoreMemory) -> dict:
@@ -375,6 +417,7 @@ def _from_dict(d: dict) -> Recording:
         value_reads=[ValueRead(**v) for v in d.get("value_reads", [])],
         saved_without_data=[dict(f) for f in d.get("saved_without_data", [])],
         absent_weights=[dict(a) for a in d.get("absent_weights", [])],
+        pipeline=_pipeline_from_dict(d.get("pipeline")),
         extra=dict(d.get("extra", {})),
     )
 

@@ -24,6 +24,14 @@ def summary(d) -> str:
         f"  target           {d['instance_type']}, LNC={d['lnc']}, {render.ranks_phrase(d)}, "
         f"{d['steps']} optimizer step(s) seen"
     )
+    if d.get("classes"):
+        c = d["classes"]
+        unproven = [k for k in c["classes"] if not k["proven"]]
+        lines.append(
+            f"  rank classes     {len(c['classes'])} classes, {len(c['runs'])} of {d['world_size']} ranks run "
+            f"({c['cost']['wall_seconds']:.0f} s); "
+            + (f"{len(unproven)} not proven: {unproven[0]['why'][:200]}" if unproven else "every class proven")
+        )
     if d["ranks_not_run"]:
         lines.append(f"  not run          {render.not_run_sentence(d)}")
     for f in (d.get("across_ranks") or {}).get("findings", [])[:5]:

@@ -11,11 +11,23 @@ from .text import ranges
 from .verdict import is_oom
 
 
-def ranks_run(raws) -> dict:
-    """The job's world size and the ranks of it that have no recording here (not run)."""
+def ranks_run(raws, classes: dict | None = None) -> dict:
+    """The job's world size, the ranks run, and the ranks not answered: with neither a recording
+    here nor a proven class (see ``answered_by``)."""
     world = max(int(r.world_size or 1) for r in raws)
     ran = {int(r.rank) for r in raws}
-    return {"world_size": world, "ranks_run": sorted(ran), "ranks_not_run": sorted(set(range(world)) - ran)}
+    answered = ran | set(answered_by(classes))
+    return {"world_size": world, "ranks_run": sorted(ran), "ranks_not_run": sorted(set(range(world)) - answered)}
+
+
+def answered_by(classes: dict | None) -> dict:
+    """{rank: the rank whose run answers for it} of the ranks a dry run by classes did not run:
+    every member of a proven class, answered by the class's representative."""
+    out = {}
+    for c in (classes or {}).get("classes", []):
+        if c["proven"]:
+            out.update({r: c["rep"] for r in c["ranks"] if r != c["rep"]})
+    return out
 
 
 def fallbacks(raws) -> list:
@@ -72,9 +84,10 @@ def _core_entry(m) -> dict:
     return e
 
 
-def memory(raws, cap) -> list:
+def memory(raws, cap, rank_classes: dict | None = None) -> list:
     """One entry per core; ranks whose memory is identical in every figure the report shows
-    (peaks, breakdown, largest tensors) share one entry, which lists them."""
+    (peaks, breakdown, largest tensors) share one entry, which lists them; a rank not run that a
+    proven class answers for shares its representative's."""
     out, classes = [], {}
     for r in raws:
         for core, cm in r.memory.items():
@@ -94,6 +107,13 @@ def memory(raws, cap) -> list:
             e = dict(m, core=str(core), ranks=[r.rank], oom=oom, fits=not oom and m["peak_allocated"] <= cap)
             classes[key] = e
             out.append(e)
+    ran = {int(r.rank) for r in raws}
+    for rank, rep in answered_by(rank_classes).items():
+        for e in out:
+            if rep in e["ranks"] and rank not in ran and rank not in e["ranks"]:
+                e["ranks"].append(rank)
+    for e in out:
+        e["ranks"].sort()
     for e in out:
         if len(raws) == 1:
             e["label"] = f"neuron:{e['core']}"
@@ -104,12 +124,21 @@ def memory(raws, cap) -> list:
     return out
 
 
-def memory_per_rank(raws) -> list:
-    """Every rank's peaks (the report's tables group identical ranks)."""
+def memory_per_rank(raws, classes: dict | None = None) -> list:
+    """Every rank's peaks, run or answered by its class (the report's tables group identical ranks)."""
+    by_rank = {int(r.rank): r for r in raws}
+    ranks = sorted(set(by_rank) | set(answered_by(classes)))
+    whose = {**answered_by(classes), **{r: r for r in by_rank}}
+    per_node = (classes or {}).get("nproc_per_node")
     return [
-        {"rank": r.rank, "core": int(core), "peak_allocated": m.peak_allocated, "peak_reserved": m.peak_reserved}
-        for r in raws
-        for core, m in r.memory.items()
+        {
+            "rank": rank,
+            "core": int(core) if rank in by_rank or not per_node else rank % per_node,
+            "peak_allocated": m.peak_allocated,
+            "peak_reserved": m.peak_reserved,
+        }
+        for rank in ranks
+        for core, m in by_rank[whose[rank]].memory.items()
     ]
 
 

@@ -39,6 +39,9 @@ def _summary(d) -> list:
 
 
 def ranks_phrase(d) -> str:
+    if d.get("classes") and len(d["ranks_run"]) < d["world_size"]:
+        answered = d["world_size"] - len(d["ranks_not_run"])
+        return f"{d['world_size']} ranks ({d['ranks']} run; {answered} answered, run or by their class)"
     if d["ranks_not_run"]:
         return f"{d['ranks']} of {d['world_size']} ranks run ({ranges(d['ranks_run'])})"
     return f"{d['ranks']} rank(s)"
@@ -52,6 +55,29 @@ def not_run_sentence(d) -> str:
         "time are unknown. Every figure in this report is of the ranks run only; nothing is extrapolated "
         "to the others."
     )
+
+
+def _rank_classes(d) -> list:
+    """The rank classes of a dry run by classes: who ran, who each answers for, and how it was proven."""
+    c = d.get("classes")
+    if not c:
+        return []
+    mesh = " x ".join(f"{m['name']} {m['size']}" for m in c["mesh"])
+    cost = c["cost"]
+    text = (
+        f"The job's {d['world_size']} ranks ({mesh}) in {len(c['classes'])} classes of ranks that do the same "
+        f"work; {len(c['runs'])} ranks were run: each class's representative, and witnesses at the far end of "
+        "every other mesh dimension, whose collectives, compiled graphs, op counts and peak memory must equal "
+        "the representative's. A rank not run has its class's answers. This dry run took "
+        f"{cost['wall_seconds']:.0f} s and at most {fmt_bytes(cost['host_peak_bytes'])} of host memory. "
+        "To run every rank instead: `--ranks all`."
+    )
+    rows = [
+        [ranges(k["ranks"]), k["size"], k["rep"], ", ".join(map(str, k["witnesses"])) or "-",
+         "yes" if k["proven"] else "NO", k["why"]]
+        for k in c["classes"]
+    ]  # fmt: skip
+    return [("Rank classes", text, ["ranks", "size", "representative", "witnesses", "proven", "how"], rows)]
 
 
 def _dry_run(d) -> list:
@@ -483,6 +509,7 @@ CANNOT_KNOW = (
 
 SECTIONS = (
     _summary,
+    _rank_classes,
     _dry_run,
     _across_ranks,
     _fallbacks,

@@ -28,6 +28,7 @@ class Report:
         lnc: int | None = None,
         capacity: int | None = None,
         command: str | None = None,
+        classes: dict | None = None,
     ):
         raws = sorted(recordings, key=lambda r: r.rank)
         if not raws:
@@ -48,7 +49,8 @@ class Report:
             "capacity_per_core": cap,
             "capacity_is_override": bool(capacity),
             "ranks": len(raws),
-            **merge.ranks_run(raws),
+            **merge.ranks_run(raws, classes),
+            "classes": classes,
             "steps": raws[0].steps,
             "wall_seconds": max(r.wall_seconds for r in raws),
             "errors": {r.rank: r.error for r in raws if r.error},
@@ -56,8 +58,8 @@ class Report:
         }
         d["fallbacks"] = merge.fallbacks(raws)
         d["compile"] = merge.compile_story(raws)
-        d["memory"] = merge.memory(raws, cap)
-        d["memory_per_rank"] = merge.memory_per_rank(raws)
+        d["memory"] = merge.memory(raws, cap, classes)
+        d["memory_per_rank"] = merge.memory_per_rank(raws, classes)
         d["dry_run"] = merge.dry_run(raws)
         d["fit"] = verdict.fit(d["memory"], cap)
         d["collectives"] = merge.collectives(raws)

@@ -45,6 +45,7 @@ class CollectiveSequence:
     def __init__(self, object_collective):
         self.groups: dict = {}  # group name -> GroupLog
         self._object_collective = object_collective
+        self._undescribed: set = set()  # groups joined whose description c10d had not set yet
 
     def start(self) -> None:
         _c10d_backend.add_group_listener(self._joined)
@@ -53,10 +54,20 @@ class CollectiveSequence:
         _c10d_backend.remove_group_listener(self._joined)
 
     def _joined(self, name: str, ranks: list) -> None:
-        """A group this rank joins: its members as this rank made it, before any collective."""
+        """A group this rank joins: its members as this rank made it, before any collective (c10d
+        describes it, a DeviceMesh dimension's name, once its backend exists: at the next collective)."""
         self.groups.setdefault(name, GroupLog(name, "", ranks))
+        self._undescribed.add(name)
+
+    def _describe(self) -> None:
+        for name in list(self._undescribed):
+            log = self.groups[name]
+            log.desc = log.desc or _torch_private.group_desc(name)
+            self._undescribed.discard(name)
 
     def record(self, func, args, kwargs, op: str) -> None:
+        if self._undescribed:
+            self._describe()
         pg = _torch_private.collective_group(func, args)
         if pg is None:
             return
@@ -88,6 +99,11 @@ class CollectiveSequence:
             agreed,
         )
         log.entries.append(entry)
+
+    def describe_groups(self) -> dict:
+        """The groups joined so far, each with c10d's description where it has one by now."""
+        self._describe()
+        return dict(self.groups)
 
     def record_groups(self) -> dict:
         return dict(self.groups)

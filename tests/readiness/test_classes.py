@@ -1,0 +1,94 @@
+"""A dry run by rank classes: one rank per class of ranks doing the same work, the others proven
+alike by witnesses, answers the whole job as a run of every rank does."""
+
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from torch_neuronx.readiness.launch import classes as C
+from torch_neuronx.readiness.launch.job import Job, RankSpec
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = Path(__file__).parent / "scripts" / "three_d.py"
+
+
+def _groups(*progressions, world=None):
+    """Rank 0's groups: each (desc, stride, size) an arithmetic progression from 0."""
+    out = {"0": types.SimpleNamespace(name="0", desc="default_pg", ranks=list(range(world or 1)))}
+    for i, (desc, stride, size) in enumerate(progressions, 1):
+        out[str(i)] = types.SimpleNamespace(name=str(i), desc=desc, ranks=list(range(0, stride * size, stride)))
+    return out
+
+
+def test_the_mesh_of_a_1024_rank_job_comes_from_rank_0s_groups():
+    groups = _groups(("mesh_dp", 256, 4), ("mesh_tp", 1, 32), ("mesh_pp", 32, 8), world=1024)
+    mesh = C.infer_mesh(groups, 1024)
+    assert [(d.name, d.size, d.stride) for d in mesh.dims] == [("tp", 32, 1), ("pp", 8, 32), ("dp", 4, 256)]
+    assert mesh.coords(1023) == (31, 7, 3) and mesh.rank((31, 7, 3)) == 1023
+    # groups that do not number every rank: the world is one dimension
+    assert [d.name for d in C.infer_mesh(_groups(("mesh_tp", 1, 32), world=1024), 1024).dims] == ["world"]
+
+
+def test_a_1024_rank_job_runs_whole_pipelines_of_a_few_ranks():
+    mesh = C.infer_mesh(_groups(("mesh_dp", 256, 4), ("mesh_tp", 1, 32), ("mesh_pp", 32, 8), world=1024), 1024)
+    plan = C.plan(mesh)
+    assert len(plan) == 1 + 8  # rank 0, one class per stage
+    assert sorted(len(c.members) for c in plan) == [1, 127] + [128] * 7
+    runs = C.lines_of(mesh, {r for c in plan for r in c.runs})
+    # rank 0's pipeline, the last tensor-parallel rank's, the last replica's and the far corner's
+    assert len(runs) == 4 * 8 and 1023 in runs
+    stage3 = next(c for c in plan if c.fixed == {1: 3})
+    assert stage3.rep == 96 and stage3.witnesses == [96 + 31, 96 + 768, 96 + 31 + 768]
+
+
+def test_a_class_splits_on_the_dimension_a_witness_differs_in():
+    mesh = C.infer_mesh(_groups(("mesh_dp", 4, 2), ("mesh_tp", 1, 4), world=8), 8)
+    (_, c) = C.plan(mesh)
+    parts = C.split(mesh, c, mesh.index("tp"))
+    assert [p.members for p in parts] == [[4], [1, 5], [2, 6], [3, 7]]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_dry_run_by_classes_answers_as_one_of_every_rank(tmp_path):
+    """TP=2 x PP=2 x DP=2 (a 1F1B pipeline of tensor-parallel stages, data-parallel gradients): the
+    report from classes equals the report from every rank (per-rank peaks, collectives, findings,
+    step time). (At this size the classes' pipelines are all four of the job's; at 1,024 ranks, 4 of
+    128: test_a_1024_rank_job_runs_whole_pipelines_of_a_few_ranks.)"""
+    reports = {}
+    for mode in ("classes", "all"):
+        out = tmp_path / mode
+        cmd = [sys.executable, "-m", "torch_neuronx.cli", "check", "--dry-run", "--instance", "trn2.48xlarge"]
+        cmd += ["--ranks", mode, "--out", str(out), "--", "torchrun", "--nproc-per-node", "8", str(SCRIPT)]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO)
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+        reports[mode] = json.loads((out / "report.json").read_text())
+    by_classes, every = reports["classes"], reports["all"]
+    assert by_classes["ranks_not_run"] == every["ranks_not_run"] == [] and every["classes"] is None
+    assert all(c["proven"] for c in by_classes["classes"]["classes"])
+    for key in ("memory_per_rank", "collectives", "verdict"):
+        assert by_classes[key] == every[key], key
+    assert by_classes["across_ranks"]["findings"] == every["across_ranks"]["findings"] == []
+    steps = [[e["step_seconds"] for e in r["estimates"]] for r in (by_classes, every)]
+    assert steps[0] == pytest.approx(steps[1], rel=1e-9)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_rank_that_branches_splits_its_class_and_is_found(tmp_path):
+    """The last rank issues one all-reduce more: the witness at the far corner of its class differs,
+    the class splits, and the comparison across ranks names the hang."""
+    job = Job(str(tmp_path / "raw"), [str(SCRIPT), "branch"], dry_run=True, nproc_per_node=8, workers=2)
+    cmd = [sys.executable, "-m", "torch_neuronx.readiness.launch.scheduler", "--job", job.save()]
+    env = dict(os.environ, TORCH_NEURONX_INSTANCE_TYPE="trn2.48xlarge")
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO, env=env)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    found = json.loads((tmp_path / "raw" / "classes.json").read_text())
+    last = next(c for c in found["classes"] if 7 in c["ranks"])
+    assert last["ranks"] == [7] and last["proven"]  # split off the others of its stage
+    assert 7 in found["runs"] and RankSpec() == job.ranks

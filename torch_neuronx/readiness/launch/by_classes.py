@@ -1,0 +1,142 @@
+"""A dry run of a torchrun job by rank classes (``classes``): rank 0 first, then one representative
+and its witnesses per class, then the classes a difference split, until every class is proven or
+the runs a dry run allows are spent. Writes the classes to ``classes.json`` next to the ranks'
+recordings, with what the dry run itself cost."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import types
+
+from ..dry import mailbox
+from ..record.recording import Recording
+from . import classes as _classes
+from .job import Job, groups_path
+
+
+def _recording(job: Job, rank: int) -> Recording | None:
+    path = os.path.join(job.raw_dir, f"rank{rank}.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return Recording.from_json(f.read())
+
+
+def _run_round(scheduler, job: Job, ranks: list, env, started: tuple = ()) -> None:
+    """Run `ranks` together (`started`: those of them already running), then wait for all to end."""
+    mailbox.set_running(job.raw_dir, ranks)
+    scheduler.round(ranks, started=len(started))
+    for rank in ranks:
+        if rank not in started:
+            scheduler.start(rank, env(rank))
+    scheduler.drain()
+
+
+def _rank0_groups(job: Job, scheduler) -> dict:
+    """Rank 0's process groups once it has built them (at its first forward), or at its end."""
+    while 0 not in scheduler.exited and 0 in scheduler.loading:
+        scheduler.wait_event()
+    path = groups_path(job.raw_dir, 0)
+    if os.path.exists(path):
+        with open(path) as f:
+            found = json.load(f)
+        return {n: types.SimpleNamespace(name=n, desc=g["desc"], ranks=g["ranks"]) for n, g in found.items()}
+    rec = _recording(job, 0)
+    return rec.groups if rec is not None else {}
+
+
+def _prove(c, mesh, fingerprints: dict) -> int | None:
+    """Compare `c`'s witnesses with its representative: proven (None), or the dimension to split on."""
+    rep = fingerprints.get(c.rep)
+    if rep is None:
+        c.proven, c.why = False, f"its representative, rank {c.rep}, did not finish its run"
+        return None
+    for w in c.witnesses:
+        differ = _classes.differences(rep, fingerprints[w]) if w in fingerprints else ["its run"]
+        if differ:
+            rc, wc = mesh.coords(c.rep), mesh.coords(w)
+            dim = next(i for i in range(len(rc)) if rc[i] != wc[i])
+            c.why = f"rank {w} differs from rank {c.rep} in its {', '.join(differ)}"
+            return dim
+    shown = ", ".join(str(w) for w in c.witnesses)
+    c.proven = True
+    c.why = f"rank {c.rep} run; witnesses {shown} alike" if c.witnesses else f"rank {c.rep} run (the only member)"
+    return None
+
+
+def _step(plan: list, mesh, fingerprints: dict, budget: int) -> tuple:
+    """One pass over the pending classes: ([classes], [ranks to run next])."""
+    out, todo = [], []
+    for c in plan:
+        if c.proven is not None:
+            out.append(c)
+            continue
+        dim = _prove(c, mesh, fingerprints)
+        if dim is None:
+            out.append(c)
+            continue
+        parts = _classes.split(mesh, c, dim)
+        new = sorted({r for p in parts for r in p.runs} - set(fingerprints))
+        if len(parts) < 2 or len(fingerprints) + len(todo) + len(new) > budget:
+            c.proven = False
+            c.why += f"; splitting it along {mesh.dims[dim].name} needs more runs than a dry run allows"
+            out.append(c)
+            continue
+        out += parts
+        todo += new
+    return out, sorted(set(todo))
+
+
+def _fingerprints(job: Job, ranks, mesh) -> dict:
+    out = {}
+    for r in ranks:
+        rec = _recording(job, r)
+        if rec is not None:  # one that failed too: its error is in its fingerprint
+            out[r] = _classes.fingerprint(rec, mesh)
+    return out
+
+
+def run_by_classes(job: Job, scheduler, env) -> int:
+    """Runs the job by classes; returns the highest exit status of the ranks run."""
+    t0 = time.monotonic()
+    mailbox.set_running(job.raw_dir, [0], decided=False)  # its peers start once rank 0's groups are known
+    scheduler.round([0])
+    scheduler.start(0, env(0))
+    mesh = _classes.infer_mesh(_rank0_groups(job, scheduler), job.world)
+    plan = _classes.plan(mesh)
+    todo = _classes.lines_of(mesh, {r for c in plan for r in c.runs})
+    _run_round(scheduler, job, todo, env, started=(0,))
+    fingerprints: dict = {}
+    while any(c.proven is None for c in plan):
+        fingerprints.update(_fingerprints(job, set(scheduler.exited) - set(fingerprints), mesh))
+        plan, todo = _step(plan, mesh, fingerprints, _classes.MAX_RUNS)
+        if todo:
+            _run_round(scheduler, job, _classes.lines_of(mesh, todo), env)
+    _not_proven_by_values(job, plan)
+    _write(job, mesh, plan, scheduler, time.monotonic() - t0)
+    return scheduler.finish()
+
+
+def _not_proven_by_values(job: Job, plan: list) -> None:
+    """A class whose representative's run took a branch on a value it did not have is not proven:
+    ranks with other data may have taken the other way."""
+    for c in plan:
+        rec = _recording(job, c.rep) if c.proven else None
+        sites = _classes.values_decided(rec) if rec is not None else []
+        if sites and len(c.members) > 1:
+            c.proven = False
+            c.why = f"values decided its run (a branch at {sites[0]}), so other ranks' data may run otherwise"
+
+
+def _write(job: Job, mesh, plan: list, scheduler, seconds: float) -> None:
+    data = {
+        "mesh": [{"name": d.name, "size": d.size, "stride": d.stride} for d in mesh.dims],
+        "classes": [c.as_data(mesh) for c in plan],
+        "runs": sorted(scheduler.exited),
+        "nproc_per_node": job.nproc_per_node,  # a rank answered for runs on its local rank's core
+        "cost": {"wall_seconds": round(seconds, 1), "host_peak_bytes": scheduler.host_peak},
+    }
+    with open(os.path.join(job.raw_dir, "classes.json"), "w") as f:
+        json.dump(data, f)

@@ -1,0 +1,221 @@
+"""Rank classes: the ranks of a job that do the same work, found from its device mesh and proven
+by running a few of them.
+
+Most ranks of a large job do what others do: the data-parallel replicas of a pipeline stage run
+the same ops on other data, the tensor-parallel ranks of a stage the same shapes on other shards.
+A dry run of the job by classes runs rank 0 first (it is always a class of its own: scripts log,
+save and print there). Its process groups give the job's mesh: each dimension of a DeviceMesh is a
+group of ranks in arithmetic progression (``[0, 32, 64, ...]``), and together they number every
+rank in mixed radix (a job with no mesh is one dimension, the world). The ranks are then grouped
+by their coordinates on the dimensions that change the work: a pipeline's stages (a dimension
+named for it) from the start, and any other a proof splits off. Each class runs its lowest rank
+(its representative) and, as witnesses, the ranks at the far end of each other dimension (the
+last tensor-parallel rank, the last data-parallel replica), where uneven shards and rank branches
+show. A witness whose fingerprint (:func:`fingerprint`: its collectives in order per mesh
+dimension, its compiled graphs, op counts and peak memory) differs from its representative's
+splits the class along that dimension, and the new classes run in turn. A class is proven when
+its witnesses agree; it is not when they never do within the runs a dry run allows, or when
+values decided the run (a library's branch on a value the dry run does not have). Every rank
+then has its class's answer: its memory, its collectives, its time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+from neuronsim import collectives as _collectives
+
+# Dimensions that change what a rank runs from the start, and whose ranks exchange point-to-point
+# messages a dry run must pass (so it runs them together): a pipeline's stages.
+PIPELINE_DIMS = frozenset({"pp", "pipe", "pipeline", "pipeline_parallel", "stage", "stages"})
+MAX_RUNS = 96  # ranks a dry run by classes runs at most; beyond, the classes stay unproven
+
+
+@dataclasses.dataclass(frozen=True)
+class Dim:
+    """One dimension of the job's mesh: `size` coordinates, `stride` ranks apart."""
+
+    name: str
+    size: int
+    stride: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Mesh:
+    """The job's ranks as a grid (dimensions by increasing stride)."""
+
+    dims: tuple
+    world: int
+
+    def coords(self, rank: int) -> tuple:
+        return tuple((rank // d.stride) % d.size for d in self.dims)
+
+    def rank(self, coords) -> int:
+        return sum(c * d.stride for c, d in zip(coords, self.dims))
+
+    def index(self, name: str) -> int:
+        return next(i for i, d in enumerate(self.dims) if d.name == name)
+
+
+def infer_mesh(groups: dict, world: int) -> Mesh:
+    """The mesh that numbers every rank of a `world`-rank job, from rank 0's groups (name ->
+    GroupLog): the groups in arithmetic progression from 0, by increasing stride, each stride the
+    product of the sizes before it; the whole world as one dimension when they do not."""
+    found: dict = {}
+    for g in groups.values():
+        ranks, name = list(g.ranks), (g.desc or "").removeprefix("mesh_") or f"group {g.name}"
+        if len(ranks) < 2 or ranks[0] != 0 or len(ranks) == world:
+            continue
+        stride = ranks[1]
+        if stride > 0 and ranks == list(range(0, stride * len(ranks), stride)):
+            found.setdefault((stride, len(ranks)), name)
+    dims, product = [], 1
+    for (stride, size), name in sorted(found.items()):
+        if stride == product:
+            dims.append(Dim(name, size, stride))
+            product *= size
+    if product != world:
+        return Mesh((Dim("world", world, 1),), world)
+    return Mesh(tuple(dims), world)
+
+
+@dataclasses.dataclass
+class RankClass:
+    """Ranks expected to run alike: its `fixed` coordinates ({dimension index: value}), its members,
+    and those of them a dry run runs (`runs`: the representative first, then the witnesses)."""
+
+    members: list
+    runs: list
+    fixed: dict = dataclasses.field(default_factory=dict)
+    proven: bool | None = None  # None until its runs are compared
+    why: str = ""  # how it was proven, or why not
+
+    @property
+    def rep(self) -> int:
+        return self.runs[0]
+
+    @property
+    def witnesses(self) -> list:
+        return self.runs[1:]
+
+    def as_data(self, mesh: Mesh) -> dict:
+        return {
+            "ranks": self.members,
+            "size": len(self.members),
+            "rep": self.rep,
+            "witnesses": self.witnesses,
+            "coordinates": {mesh.dims[i].name: v for i, v in self.fixed.items()},
+            "proven": self.proven,
+            "why": self.why,
+        }
+
+
+def pipeline_dims(mesh: Mesh) -> list:
+    """The indices of the mesh's pipeline dimensions (named for it)."""
+    return [i for i, d in enumerate(mesh.dims) if d.name in PIPELINE_DIMS]
+
+
+def _line(mesh: Mesh, coords: dict) -> list:
+    """The ranks with `coords` on every dimension but the pipeline's: one pipeline, all its stages.
+    A dry run runs whole pipelines, whose stages exchange their tensors' metadata and activations
+    (without a pipeline dimension, a line is one rank)."""
+    pipe = pipeline_dims(mesh)
+    out = []
+    for values in itertools.product(*(range(mesh.dims[i].size) for i in pipe)):
+        full = [coords.get(i, 0) for i in range(len(mesh.dims))]
+        for i, v in zip(pipe, values):
+            full[i] = v
+        out.append(mesh.rank(full))
+    return out
+
+
+def _class(mesh: Mesh, fixed: dict) -> RankClass | None:
+    """The class of the ranks with coordinates `fixed` (dimension index -> value; rank 0 apart):
+    its runs are its members on the base pipeline (the free dimensions at 0), on one more per free
+    dimension, at its far end, and on the far corner; the representative is the first run that is
+    not rank 0."""
+    members = [
+        mesh.rank(v)
+        for v in itertools.product(*(range(d.size) for d in mesh.dims))
+        if all(v[i] == x for i, x in fixed.items()) and mesh.rank(v) != 0
+    ]
+    if not members:
+        return None
+    free = [i for i in range(len(mesh.dims)) if i not in fixed and i not in pipeline_dims(mesh)]
+    free = [i for i in free if mesh.dims[i].size > 1]
+    bases = [dict(fixed)] + [{**fixed, i: mesh.dims[i].size - 1} for i in free]
+    if len(free) > 1:  # and the far corner, where the job's last rank is (a script's `rank == world - 1`)
+        bases.append({**fixed, **{i: mesh.dims[i].size - 1 for i in free}})
+    runs = []
+    for base in bases:
+        for r in _line(mesh, base):
+            if r in members and r not in runs and all(mesh.coords(r)[i] == x for i, x in fixed.items()):
+                runs.append(r)
+    if not runs:
+        runs = [min(members)]
+    return RankClass(sorted(members), runs, dict(fixed))
+
+
+def plan(mesh: Mesh) -> list:
+    """Rank 0's class, then one class per coordinate of the pipeline dimensions (all free else)."""
+    pipe = pipeline_dims(mesh)
+    out = [RankClass([0], [0], dict(enumerate(mesh.coords(0))), True, "rank 0: run itself")]
+    for values in itertools.product(*(range(mesh.dims[i].size) for i in pipe)):
+        c = _class(mesh, dict(zip(pipe, values)))
+        if c is not None:
+            out.append(c)
+    return out
+
+
+def split(mesh: Mesh, c: RankClass, dim: int) -> list:
+    """`c` split into one class per coordinate of dimension `dim`."""
+    return [sub for v in range(mesh.dims[dim].size) if (sub := _class(mesh, {**c.fixed, dim: v})) is not None]
+
+
+def lines_of(mesh: Mesh, ranks) -> list:
+    """Every rank of the pipelines the given ranks are on (what a dry run must run with them)."""
+    pipe = pipeline_dims(mesh)
+    out = set()
+    for r in ranks:
+        coords = mesh.coords(r)
+        out.update(_line(mesh, {i: c for i, c in enumerate(coords) if i not in pipe}))
+    return sorted(out)
+
+
+def fingerprint(rec, mesh: Mesh) -> dict:
+    """What must be equal for two ranks to be alike: per group, by its mesh dimension, its
+    collectives in order (canonical op, dtype, reduce op, agreed sizes, and a peer as an offset);
+    the compiled graphs; every op's calls; each core's peak memory; how the run ended."""
+    collectives = {}
+    for g in sorted(rec.groups.values(), key=lambda g: (g.desc, len(g.ranks), g.name)):
+        key = (g.desc or f"{len(g.ranks)} ranks", len(g.ranks))
+        collectives.setdefault(key, []).append(
+            tuple(
+                (_collectives.canonical(e.op), e.dtype, e.reduce_op, tuple(e.agreed),
+                 None if e.peer is None else e.peer - rec.rank)
+                for e in g.entries
+            )
+        )  # fmt: skip
+    ops = {}
+    for b in rec.buckets:
+        for call, n in b.ops.items():
+            ops[(call.op, call.dtype, call.bytes)] = ops.get((call.op, call.dtype, call.bytes), 0) + n
+    return {
+        "collectives": collectives,
+        "graphs": sorted(str(g.get("shapes")) for g in rec.compile.graphs),
+        "ops": ops,
+        "memory": sorted((m.peak_allocated, m.peak_reserved) for m in rec.memory.values()),
+        "error": (rec.error or "").splitlines()[:1],
+    }
+
+
+def differences(a: dict, b: dict) -> list:
+    """The parts of two fingerprints that differ."""
+    return [k for k in a if a[k] != b.get(k)]
+
+
+def values_decided(rec) -> list:
+    """The lines where a library branched on a value the dry run did not have (taken as True):
+    there, values decided what ran, and ranks with other data may run otherwise."""
+    return sorted({v.site for v in rec.value_reads if v.kind == "bool (library branch)"})
