@@ -18,10 +18,20 @@ TCP connections. A second gloo group would have connections of its own, and two
 connections' speeds differ for the life of the processes (by up to 1.8x between two plain
 gloo groups here), which no number of rounds averages out. ``--control`` times CPU tensors
 in both columns: its ratios show the measurement's own noise.
+
+``--check-cost`` times instead what the check of collectives (TORCH_NEURONX_CHECK_COLLECTIVES)
+costs a small all_reduce of neuron tensors: per call, with the check off (0), with the default
+record (1), with the full check before each collective (2), and off again (an A/A control,
+whose ratio is the measurement's noise), on the same group's gloo connections (the group is
+made with 2 and each block switches it), in blocks rotated in order each round; ratios are
+the medians of the rounds' own ratios to the first column.
+
+    python benchmarks/collectives.py --check-cost [--ranks 2] [--sizes 4096,1048576] [--rounds 9]
 """
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import statistics
@@ -115,6 +125,67 @@ def worker(args):
     dist.destroy_process_group()
 
 
+# (column, TORCH_NEURONX_CHECK_COLLECTIVES); the second "off" is an A/A control: its ratio is the noise
+MODES = (("check off (0)", 0), ("record, the default (1)", 1), ("full check (2)", 2), ("off again (A/A)", 0))
+
+
+def check_cost(args):
+    """One rank under torchrun (the group made with TORCH_NEURONX_CHECK_COLLECTIVES=2): rank 0
+    prints one JSON line per size, each column's time per all_reduce in microseconds."""
+    import torch
+    import torch.distributed as dist
+
+    from torch_neuronx.distributed import hangs
+
+    dist.init_process_group("neuron", timeout=datetime.timedelta(seconds=600))
+    world = dist.get_world_size()
+    timing_group = dist.new_group(backend="gloo")  # barriers and timings, off the measured connections
+    dev = torch.device("neuron", int(os.environ["LOCAL_RANK"]))
+    name = dist.group.WORLD.group_name
+    for nbytes in args.sizes:
+        fn = functools.partial(dist.all_reduce, torch.ones(nbytes // 4, device=dev))
+        iters = args.iters or max(20, min(300, (64 << 20) // (nbytes * 16)))
+        times = [[] for _ in MODES]
+        for _, mode in MODES:  # warm up
+            with hangs._as_mode(name, mode):
+                _timed(fn, 5, timing_group)
+        for r in range(args.rounds):
+            for i in [(i + r) % len(MODES) for i in range(len(MODES))]:  # rotated each round
+                with hangs._as_mode(name, MODES[i][1]):
+                    times[i].append(_timed(fn, iters, timing_group) * 1e6)
+        if dist.get_rank() == 0:
+            ratios = [[t / t0 for t, t0 in zip(ts, times[0])] for ts in times[1:]]
+            row = {"world": world, "bytes": nbytes, "us": [statistics.median(ts) for ts in times], "ratios": ratios}
+            print("ROW " + json.dumps(row), flush=True)
+    dist.destroy_process_group()
+
+
+def launch_check_cost(args):
+    rows = []
+    for n in args.ranks:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}", __file__]
+        cmd += ["--check-cost", "--sizes", ",".join(map(str, args.sizes)), "--rounds", str(args.rounds)]
+        cmd += ["--iters", str(args.iters)]
+        env = {"OMP_NUM_THREADS": "1", **os.environ, "TORCH_NEURONX_CHECK_COLLECTIVES": "2"}
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if p.returncode:
+            sys.exit(f"{n} ranks failed (rc {p.returncode}):\n{(p.stdout + p.stderr)[-4000:]}")
+        rows += [json.loads(line[4:]) for line in p.stdout.splitlines() if line.startswith("ROW ")]
+    print(
+        f"us per all_reduce of neuron tensors, medians of {args.rounds} timed blocks in rotated order; ratios to "
+        "the check off: the medians of the rounds' own ratios (their middle half in brackets)"
+    )
+    print()
+    print(f"| ranks | size | {' | '.join(label for label, _ in MODES)} | 1 / 0 | 2 / 0 | A/A |")
+    print("|---:|---:|" + "---:|" * (len(MODES) + 3))
+    for r in rows:
+        us = " | ".join(f"{t:.0f}" for t in r["us"])
+        ratios = []
+        for q in map(sorted, r["ratios"]):
+            ratios.append(f"{statistics.median(q):.2f} ({q[len(q) // 4]:.2f}-{q[(3 * len(q)) // 4]:.2f})")
+        print(f"| {r['world']} | {_fmt_size(r['bytes'])} | {us} | {' | '.join(ratios)} |")
+
+
 def _fmt_size(nbytes):
     return f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
 
@@ -195,8 +266,24 @@ def main():
         action="store_true",
         help="time CPU tensors in both columns (the ratios then show the measurement's noise)",
     )
+    ap.add_argument(
+        "--check-cost",
+        action="store_true",
+        help="time a small all_reduce with TORCH_NEURONX_CHECK_COLLECTIVES 0, 1 and 2 instead (default ranks: 2)",
+    )
+    ap.add_argument(
+        "--sizes",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[4 << 10, 1 << 20],
+        help="bytes per all_reduce for --check-cost (default 4096,1048576)",
+    )
     args = ap.parse_args()
-    if "LOCAL_RANK" in os.environ:
+    if args.check_cost and "LOCAL_RANK" in os.environ:
+        check_cost(args)
+    elif args.check_cost:
+        args.ranks = args.ranks if "--ranks" in sys.argv else [2]
+        launch_check_cost(args)
+    elif "LOCAL_RANK" in os.environ:
         worker(args)
     else:
         launch(args)

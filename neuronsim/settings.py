@@ -209,13 +209,24 @@ SETTINGS: dict[str, Setting] = {
         ),
         Setting(
             "TORCH_NEURONX_CHECK_COLLECTIVES",
-            bool,
-            True,
-            "check before each collective of a neuron group that every rank issues the same one "
-            "(PyTorch's ProcessGroupWrapper); 0 skips the check (no round trip per collective), and "
-            "ranks that disagree then fail as on gloo",
+            int,
+            1,
+            "how a neuron group's ranks that disagree on a collective are named: 1 records each "
+            "collective (no communication while ranks agree) and, when one fails, names the mismatch "
+            "or the absent ranks on every rank that fails; 2 also checks before each collective that "
+            "every rank issues the same one (one round trip per collective, as "
+            "TORCH_DISTRIBUTED_DEBUG=DETAIL, which turns 1 into 2); 0 does neither",
             "distributed.md",
             "distributed",
+        ),
+        Setting(
+            "TORCH_DISTRIBUTED_DEBUG",
+            str,
+            None,
+            "PyTorch's distributed debug level; DETAIL turns TORCH_NEURONX_CHECK_COLLECTIVES=1 into 2",
+            "distributed.md",
+            "distributed",
+            owner="PyTorch",
         ),
         Setting(
             "TORCH_FR_BUFFER_SIZE",

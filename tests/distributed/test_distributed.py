@@ -434,9 +434,10 @@ def test_hung_peer_times_out_within_pg_timeout():
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_mismatched_shapes_fail_not_hang():
-    # Default: every rank raises a typed error naming both shapes (gloo alone would abort
-    # the receiving rank: "Received data size doesn't match expected size").
-    rcs, outs = _launch_fault("mismatch", 20)
+    # The check before each collective (TORCH_NEURONX_CHECK_COLLECTIVES=2): every rank raises
+    # a typed error naming both shapes (gloo alone would abort the receiving rank: "Received
+    # data size doesn't match expected size"; by default the survivor names both, test_hangs.py).
+    rcs, outs = _launch_fault("mismatch", 20, extra_env={"TORCH_NEURONX_CHECK_COLLECTIVES": "2"})
     assert rcs == [3, 3], rcs
     for out in outs:
         _, line = _failure_time(out)

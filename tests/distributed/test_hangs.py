@@ -2,7 +2,12 @@
 error naming the group, the collective and the other ranks, within the group's timeout plus
 a few seconds; the same scripts without the bug run clean; PyTorch's Flight Recorder
 analyzer reads the dumps. Plain processes (torchrun would tear the survivors down itself)
-from workers/hang_worker.py."""
+from workers/hang_worker.py, with the store hosted by the launcher (this process), as
+torchrun's agent hosts it; one test runs torchrun itself.
+
+TORCH_NEURONX_CHECK_COLLECTIVES: the default (1) records each collective and names a
+mismatch when the collective fails (at the timeout, or when gloo aborts a rank); 2 checks
+before each collective, so every rank raises at once."""
 
 import datetime
 import socket
@@ -20,9 +25,13 @@ WORKERS = Path(__file__).parent / "workers"
 TIMEOUT_S = 5
 
 
+CHECK = {"TORCH_NEURONX_CHECK_COLLECTIVES": "2"}  # the check before each collective
+
+
 def _env():
     env = worker_env()
     env.pop("TORCH_DISTRIBUTED_DEBUG", None)
+    env.pop("TORCH_NEURONX_CHECK_COLLECTIVES", None)
     return env
 
 
@@ -32,22 +41,25 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _launch(case, *flags, extra_env=None, world=2):
-    """Each rank's RESULT: "OK", or "<seconds> <ExceptionType>: <message>"."""
-    port = _free_port()
+def _launch(case, *flags, extra_env=None, world=2, aborts=()):
+    """Each rank's RESULT: "OK", or "<seconds> <ExceptionType>: <message>"; for the ranks in
+    `aborts`, which may end without one (gloo aborts the process), their whole output."""
+    # The job's store, hosted here as torchrun's agent hosts it: it outlives every rank.
+    store = dist.TCPStore("127.0.0.1", 0, world, True, wait_for_workers=False, timeout=datetime.timedelta(seconds=60))
     procs = []
     for r in range(world):
         env = _env()
         env.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world))
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **(extra_env or {}))
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port), TORCHELASTIC_USE_AGENT_STORE="True")
+        env.update(extra_env or {})
         cmd = [sys.executable, str(WORKERS / "hang_worker.py"), case, str(TIMEOUT_S), *flags]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    outs = [p.communicate(timeout=60)[0] for p in procs]  # a hang fails the test here
+    outs = [p.communicate(timeout=90)[0] for p in procs]  # a hang fails the test here
     results = {}
     for r, out in enumerate(outs):
         line = [l for l in out.splitlines() if l.startswith(f"RESULT {r} ")]
-        assert line, out[-4000:]
-        results[r] = line[0].split(" ", 2)[2]
+        assert line or r in aborts, out[-4000:]
+        results[r] = line[0].split(" ", 2)[2] if line else out
     return results
 
 
@@ -55,6 +67,9 @@ def _error(result):
     seconds, rest = result.split(" ", 1)
     assert float(seconds) <= TIMEOUT_S + 5, result
     return rest
+
+
+SKIPS = ["skip_then_all_gather_into_tensor", "skip_then_reduce_scatter_tensor", "skip_then_monitored_barrier"]
 
 
 @pytest.mark.multiprocess
@@ -66,8 +81,77 @@ def test_bug_free_script_gives_no_alarm(case):
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
+@pytest.mark.parametrize("case", ["swap", "send", "skip_then_all_gather_into_tensor"])
+def test_bug_free_script_gives_no_alarm_with_the_check(case):
+    world = 4 if case in SKIPS else 2
+    assert _launch(case, "--fixed", extra_env=CHECK, world=world) == dict.fromkeys(range(world), "OK")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.parametrize("case", SKIPS)
+def test_bug_free_script_of_four_ranks_gives_no_alarm(case):
+    assert _launch(case, "--fixed", world=4) == dict.fromkeys(range(4), "OK")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.parametrize("case", SKIPS)
+def test_collective_skipped_before_another_names_the_rank_and_every_ranks_collective(case):
+    # 4 ranks; rank 2 skips the second all_reduce and goes on to `then` (torch 2.13 issues
+    # all_gather_into_tensor / reduce_scatter_tensor as ProcessGroup.all_gather_single /
+    # reduce_scatter_single): every rank, the one that skipped included, names it
+    then = case.removeprefix("skip_then_")
+    res = _launch(case, world=4)
+    for r in range(4):
+        err = _error(res[r])
+        assert err.startswith("CollectiveMismatchError:") and "'0' (default_pg)" in err, err
+        assert f"Detected mismatch between collectives on ranks: rank 2 issued {then} #3" in err, err
+        assert "ranks [0, 1, 3] issued all_reduce #3 [[4, 8] float32]" in err, err
+    assert (
+        f"[rank 2] neuron process group '0' (default_pg), collective {'barrier #4' if 'reduce' in then else then}"
+        in res[2]
+    )
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_skipped_collective_under_torchrun_is_named_by_the_first_rank_to_fail():
+    # torchrun tears the other ranks down when the first one fails: that one has the whole account
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4"]
+    cmd += [str(WORKERS / "hang_worker.py"), SKIPS[0], str(TIMEOUT_S), "--raise"]
+    p = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    lines = [l for l in (p.stdout + p.stderr).splitlines() if l.startswith("RESULT ")]
+    assert lines, (p.stdout + p.stderr)[-4000:]
+    for line in lines:
+        assert "CollectiveMismatchError" in line and "rank 2 issued all_gather_into_tensor #3" in line, line
+        assert "ranks [0, 1, 3] issued all_reduce #3" in line, line
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["shapes", "shapes_again"])
+def test_mismatched_shapes_are_named_by_default_where_gloo_aborts_the_receiving_rank(case):
+    # Rank 0 all_reduces 32 elements, rank 1 64: gloo aborts rank 0 when rank 1's data comes
+    # in; rank 1 names both shapes from rank 0's record, at once, not at the timeout. In
+    # "shapes_again" rank 0's collective repeats its previous one (which it published).
+    res = _launch(case, aborts=(0,))
+    assert "Received data size doesn't match expected size" in res[0], res[0][-4000:]
+    err = _error(res[1])
+    assert float(res[1].split()[0]) < TIMEOUT_S, res[1]
+    n = 2 if case == "shapes" else 3
+    assert err.startswith("CollectiveMismatchError: [rank 1] neuron process group '0' (default_pg), ")
+    assert f"collective all_reduce #{n} [[8, 8] float32] failed: a peer's connection closed" in err, err
+    assert f"rank 0 issued all_reduce #{n} [[4, 8] float32]" in err, err
+    assert f"rank 1 issued all_reduce #{n} [[8, 8] float32]" in err, err
+    assert "TORCH_NEURONX_CHECK_COLLECTIVES=2 raises on every rank instead" in err, err
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
 def test_mismatched_shapes_raise_on_every_rank_naming_both_shapes():
-    res = _launch("shapes")
+    res = _launch("shapes", extra_env=CHECK)
     for r in (0, 1):
         err = _error(res[r])
         assert err.startswith("CollectiveMismatchError:"), err
@@ -150,6 +234,8 @@ FR_TRACE = [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace"]
 
 def _fr_dumps(case, tmp_path):
     env = {"TORCH_FR_BUFFER_SIZE": "200", "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "rank")}
+    if case == "shapes":
+        env.update(CHECK)  # every rank survives the mismatch (by default gloo aborts one) and dumps
     res = _launch(case, extra_env=env)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0", "rank1"], res
     out = subprocess.run([*FR_TRACE, str(tmp_path), "-p", "rank"], capture_output=True, text=True, timeout=60)
