@@ -33,10 +33,12 @@ import _llama  # this directory is the script's: on sys.path
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-CASES = {  # name -> (model, tp, fsdp, instance)
-    "8b": ("8b", 4, 8, "trn2.48xlarge"),
-    "8b-1core": ("8b", 1, 1, "trn2.48xlarge"),
-    "70b": ("70b", 4, 16, "trn2.48xlarge"),
+CASES = {  # name -> (model, tp, fsdp, instance, instances)
+    "8b": ("8b", 4, 8, "trn2.48xlarge", 1),
+    "8b-1core": ("8b", 1, 1, "trn2.48xlarge", 1),
+    "70b": ("70b", 4, 16, "trn2.48xlarge", 1),
+    # the same fine-tuning scaled out: 32 trn2.48xlarge at LNC=2, 32 ranks each (torchrun --nnodes 32)
+    "8b-1024": ("8b", 4, 256, "trn2.48xlarge", 32),
 }
 
 
@@ -200,7 +202,7 @@ class _PeakTreeMemory(threading.Thread):
 
 
 def _sft_job(name: str, work: str, steps: int, seq: int) -> tuple[list, int, str]:
-    model, tp, fsdp, instance = CASES[name]
+    model, tp, fsdp, instance, nodes = CASES[name]
     ckpt = os.path.join(work, f"llama-{model}")
     if not os.path.isdir(ckpt):
         os.makedirs(ckpt)
@@ -211,7 +213,8 @@ def _sft_job(name: str, work: str, steps: int, seq: int) -> tuple[list, int, str
     script += ["--max_length", str(seq), "--per_device_train_batch_size", "1", "--max_steps", str(steps)]
     script += ["--activation_checkpointing", "true", "--output_dir", os.path.join(work, f"out-{name}")]
     script += ["--logging_steps", "1", "--save_strategy", "no", "--save_final", "false"]  # no data to save
-    launcher = ["torchrun", "--nproc-per-node", str(world)] if world > 1 else [sys.executable]
+    launcher = ["torchrun", "--nnodes", str(nodes), "--nproc-per-node", str(world // nodes)]
+    launcher = launcher if world > 1 else [sys.executable]
     return launcher + script, world, instance
 
 

@@ -26,7 +26,7 @@ from torch._subclasses.fake_tensor import (
     FakeTensorMode,
 )
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass  # noqa: F401
-from torch.utils._pytree import tree_leaves  # noqa: F401
+from torch.utils._pytree import tree_leaves, tree_map  # noqa: F401
 
 
 class _ReportingFakeMode(FakeTensorMode):
@@ -722,6 +722,27 @@ def first_microbatches(schedule, args: tuple, kwargs: dict, target, m: int) -> t
     return tuple(args), dict(kwargs), target
 
 
+def initialize_stage(schedule, args: tuple, kwargs: dict, target) -> None:
+    """Prepare a single-stage schedule's stage for all its micro-batches (the receive buffers of
+    each), from the first of the whole-batch inputs, as its first ``step()`` does: a step of fewer
+    micro-batches would prepare fewer. Nothing when it is prepared already."""
+    from torch.distributed.pipelining.microbatch import split_args_kwargs_into_chunks
+
+    if schedule._stage_forward_initialized and (schedule._stage_backward_initialized or not schedule._has_backward):
+        return
+    schedule._stage.has_backward = schedule._has_backward
+    arg_mbs, kwarg_mbs = schedule._split_inputs(args, kwargs)
+    targets = (
+        split_args_kwargs_into_chunks((target,), None, schedule._n_microbatches)[0] if target is not None else None
+    )
+    schedule._initialize_stage(arg_mbs[0], kwarg_mbs[0], targets[0][0] if targets else None)
+
+
+def schedule_stages(schedule) -> list:
+    """The stages a pipeline schedule runs on this rank."""
+    return getattr(schedule, "_stages", None) or [schedule._stage]
+
+
 def set_microbatches(schedule, n: int) -> int:
     """Set the micro-batches a schedule's next step runs; returns what it was."""
     old, schedule._n_microbatches = schedule._n_microbatches, n
@@ -748,22 +769,28 @@ class ScheduleStepTap:
 
 
 class PipelineActionTap:
-    """Runs each stage action of torch.distributed.pipelining (a micro-batch's forward, backward,
-    or weight backward) inside ``around(stage_index, kind, microbatch)``, a context manager."""
+    """Runs each stage action of torch.distributed.pipelining (a micro-batch's forward with its
+    loss, backward, or weight backward) inside ``around(stage_index, kind, microbatch)``, a context
+    manager."""
 
     def __init__(self, around):
         self._around = around
-        self._orig: dict = {}
+        self._orig: dict = {}  # (class, method name) -> the class's own method
 
     def install(self) -> None:
         try:
+            from torch.distributed.pipelining.schedules import _PipelineSchedule
             from torch.distributed.pipelining.stage import _PipelineStageBase
         except ImportError:
             return
-        for name in ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk"):
-            if name in vars(_PipelineStageBase) and name not in self._orig:
-                self._orig[name] = orig = vars(_PipelineStageBase)[name]
-                setattr(_PipelineStageBase, name, self._wrap(name, orig))
+        targets = [
+            (_PipelineStageBase, n) for n in ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk")
+        ]
+        targets.append((_PipelineSchedule, "_maybe_compute_loss"))  # in the schedule's loop, after the forward
+        for owner, name in targets:
+            if name in vars(owner) and (owner, name) not in self._orig:
+                self._orig[(owner, name)] = orig = vars(owner)[name]
+                setattr(owner, name, self._loss(orig) if owner is _PipelineSchedule else self._wrap(name, orig))
 
     def _wrap(self, name: str, orig):
         import functools
@@ -779,13 +806,22 @@ class PipelineActionTap:
 
         return action
 
-    def remove(self) -> None:
-        if self._orig:
-            from torch.distributed.pipelining.stage import _PipelineStageBase
+    def _loss(self, orig):
+        import functools
 
-            for name, orig in self._orig.items():
-                setattr(_PipelineStageBase, name, orig)
-            self._orig = {}
+        around = self._around
+
+        @functools.wraps(orig)
+        def loss(schedule, stage, output, target_mbs, mb_index, *args, **kwargs):
+            with around(stage.stage_index, "F", mb_index):  # part of the micro-batch's forward
+                return orig(schedule, stage, output, target_mbs, mb_index, *args, **kwargs)
+
+        return loss
+
+    def remove(self) -> None:
+        for (owner, name), orig in self._orig.items():
+            setattr(owner, name, orig)
+        self._orig = {}
 
 
 # -- what the recorder reads -----------------------------------------------------------------
@@ -1133,6 +1169,8 @@ PATCH_POINTS = (
      "torch.distributed.pipelining.schedules:PipelineScheduleSingle._get_pipeline_order"),
     ("a pipeline stage's actions", "PipelineActionTap", "2.13.0",
      "torch.distributed.pipelining.stage:_PipelineStageBase.backward_weight_one_chunk"),
+    ("a pipeline schedule's loss of a micro-batch", "PipelineActionTap", "2.13.0",
+     "torch.distributed.pipelining.schedules:_PipelineSchedule._maybe_compute_loss"),
     ("the wrapper torch.compile makes for a callable", "CompiledCallTap", "2.13.0",
      "torch._dynamo.eval_frame:OptimizeContext.__call__"),
 )  # fmt: skip

@@ -1,22 +1,26 @@
 """A pipeline schedule's step in a dry run: the micro-batches that differ, not all of them.
 
-A step of a 1F1B schedule runs every micro-batch through the same stage module: after its
-warmup (as many forwards as there are stages) every micro-batch is the same work on the same
-shapes, and at most as many are in flight at once as there are stages, so the memory peak is
-reached within the first ``stages + 1``. A dry run of such a step runs only those: the schedule
-is given the first ``stages + 1`` micro-batches of the batch (split and merged by its own chunk
-specs), and the script gets back a loss for every micro-batch (a micro-batch run's, whose value
-a dry run does not know anyway) and the merged outputs at their full size. The recording keeps
-the schedule's order for all the script's micro-batches and counts the actions run, so the time
-model times the step the script asked for (``estimate.pipeline``); the report says how many ran.
+A step of a 1F1B schedule runs every micro-batch through the same stage module: the first sets
+up (a backward with no gradient to add to) and the last finishes (gradient reduction), every
+other is the same work on the same shapes, and at most as many are in flight at once as there
+are stages, so the memory peak is reached within the first ``stages + 1``. A dry run of such a
+step runs ``stages + 2`` (one repeated micro-batch past the peak, to time): the schedule is given
+the first micro-batches of the batch (split and merged by its own chunk specs), and the script
+gets back a loss for every micro-batch (a micro-batch run's, whose value a dry run does not know
+anyway) and the merged outputs at their full size: after the last micro-batch's forward, its stage
+holds placeholders of the outputs of the micro-batches not run, as the script's step holds theirs
+until it merges them (the memory of a step that returns its outputs grows with its micro-batches),
+and the stage is prepared (its receive buffers, one per micro-batch) for all of them.
+The recording keeps the schedule's order for
+all the script's micro-batches and each action run, so the time model times the step the script
+asked for (``estimate.pipeline``: the first's and last's times, and the repeated one's for the
+others); the report says how many ran.
 
 Other schedules (GPipe keeps every micro-batch in flight; interleaved and zero-bubble schedules
 precompute their order for the script's count) run every micro-batch.
 """
 
 from __future__ import annotations
-
-import math
 
 from .. import _torch_private as _tp
 
@@ -27,22 +31,30 @@ def microbatches_to_run(schedule_name: str, microbatches: int, stages: int) -> i
     """How many of a step's micro-batches a dry run runs (see the module's docstring)."""
     if schedule_name not in _SHORTENED:
         return microbatches
-    return min(microbatches, stages + 1)
+    return min(microbatches, stages + 2)
 
 
-def _full_size(out, m: int, n: int):
-    """Merged outputs of `m` micro-batches as those of `n`: the same values repeated along the batch."""
+def _placeholders(out, count: int) -> list:
+    """`count` tensors (or structures of them) of the sizes of output `out`, without values."""
     import torch
 
-    if isinstance(out, torch.Tensor):
-        reps = math.ceil(n / m)
-        rows = out.shape[0] * n // m
-        return torch.cat([out] * reps)[:rows] if reps > 1 else out
-    if isinstance(out, (list, tuple)):
-        return type(out)(_full_size(o, m, n) for o in out)
-    if isinstance(out, dict):
-        return {k: _full_size(v, m, n) for k, v in out.items()}
-    return out
+    return [
+        _tp.tree_map(lambda t: torch.empty_like(t) if isinstance(t, torch.Tensor) else t, out) for _ in range(count)
+    ]
+
+
+def _hold_the_rest(stage, m: int, n: int) -> None:
+    """Give the stage (for one step) a forward that, after micro-batch m - 1, holds placeholders of
+    the outputs of the micro-batches m .. n - 1 (see the module's docstring)."""
+    forward = stage.forward_one_chunk
+
+    def forward_one_chunk(chunk_id, *args, **kwargs):
+        out = forward(chunk_id, *args, **kwargs)
+        if chunk_id == m - 1 and stage.output_chunks:
+            stage.output_chunks.extend(_placeholders(stage.output_chunks[-1], n - m))
+        return out
+
+    stage.forward_one_chunk = forward_one_chunk
 
 
 def shortened_step(orig):
@@ -55,16 +67,20 @@ def shortened_step(orig):
         if m >= n:
             return orig(schedule, *args, target=target, losses=losses, **kwargs)
         options = {k: kwargs.pop(k) for k in ("return_outputs", "loss_kwargs") if k in kwargs}
+        _tp.initialize_stage(schedule, args, kwargs, target)  # its buffers for all n micro-batches
         args, kwargs, target = _tp.first_microbatches(schedule, args, kwargs, target, m)
         run_losses = [] if losses is not None else None
+        stage = _tp.schedule_stages(schedule)[0]
         old = _tp.set_microbatches(schedule, m)
+        _hold_the_rest(stage, m, n)
         try:
             out = orig(schedule, *args, target=target, losses=run_losses, **kwargs, **options)
         finally:
             _tp.set_microbatches(schedule, old)
+            del stage.forward_one_chunk  # the instance's own attribute: back to the class's method
         if losses is not None and run_losses:
             losses.extend(run_losses[i % len(run_losses)] for i in range(n))
-        return _full_size(out, m, n)
+        return out
 
     return step
 

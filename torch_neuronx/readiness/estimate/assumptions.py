@@ -40,10 +40,13 @@ ASSUMPTIONS = (
     "Views cost nothing. Ops that would fall back to CPU are timed as if native; their host "
     "round trip is not modelled.",
     *_collective_time.assumptions(),
-    "pipeline parallelism (benchmarks of published runs): a 1F1B schedule, as NeuronX Distributed "
-    "runs it, over M micro-batches and P stages takes the sum of one micro-batch's forward and "
-    "backward time on every stage plus (M - 1) times the slowest stage's (with equal stages, "
-    "M + P - 1 micro-batch slots: the P - 1 slots are the pipeline bubble).",
+    "pipeline parallelism (torch.distributed.pipelining): a step follows its schedule's own order of "
+    "actions on every rank of the pipeline, for every micro-batch the script asked for; each action "
+    "takes its stage's time for one micro-batch (its forward, backward, or their halves, as recorded) "
+    "and starts when its rank is free and what it needs is done (the previous stage's forward of the "
+    "micro-batch, the next stage's backward), plus a send's time between ranks; the step is when the "
+    "last action ends, plus each rank's work outside the schedule (the optimizer step). The time ranks "
+    "wait is the pipeline bubble.",
     "Ops on host (CPU) tensors are not timed. Engines do not overlap one op with the next.",
     "overlap: collectives run on the chip's collective-communication cores, apart from the compute "
     "engines (AWS's page on compute-communication overlap). One the script waits for where it is "

@@ -18,9 +18,23 @@ import dataclasses
 
 @dataclasses.dataclass
 class StageTimes:
-    """Seconds of one micro-batch's actions on one stage, by kind ("F", "B", "I", "W")."""
+    """Seconds of one stage's actions, by kind ("F", "B", "I", "W"): of each micro-batch run, in
+    order. A step's first and last micro-batch take the first's and last's time (they set up and
+    finish: unsharding, gradient reduction), every other the mean of those in between."""
 
-    seconds: dict
+    seconds: dict  # kind -> [seconds of micro-batch 0, 1, ...] as run
+
+    def time(self, kind: str, mb: int, n: int) -> float:
+        """Seconds of action `kind` of micro-batch `mb` of a step of `n`."""
+        run = self.seconds.get(kind)
+        if not run:
+            return 0.0
+        if mb == 0 or len(run) == 1:
+            return run[0]
+        if mb == n - 1:
+            return run[-1]
+        middle = run[1:-1] or run[:1]
+        return sum(middle) / len(middle)
 
 
 def _needs(action: tuple, last_stage: int):
@@ -41,6 +55,7 @@ def critical_path(order: dict, stages: dict, hop_seconds: float = 0.0) -> float:
     complete (a rank waits for an action no rank runs before it)."""
     where = {a[0]: rank for rank, actions in order.items() for a in actions}
     last_stage = max(where) if where else 0
+    n = _microbatches(order)
     done: dict = {}  # (stage, kind, mb) -> end time ("B" and "I" both satisfy a backward's needs)
     free = dict.fromkeys(order, 0.0)
     nxt = dict.fromkeys(order, 0)
@@ -57,7 +72,7 @@ def critical_path(order: dict, stages: dict, hop_seconds: float = 0.0) -> float:
                     if got is None:
                         break
                     ready = got + (hop_seconds if where.get(need[0]) != rank else 0.0)
-                end = max(free[rank], ready) + stages[action[0]].seconds.get(action[1], 0.0)
+                end = max(free[rank], ready) + stages[action[0]].time(action[1], action[2], n)
                 done[action] = free[rank] = end
                 nxt[rank] += 1
                 remaining -= 1
@@ -70,4 +85,9 @@ def critical_path(order: dict, stages: dict, hop_seconds: float = 0.0) -> float:
 
 def busiest_rank(order: dict, stages: dict) -> float:
     """The most work any rank of `order` does (its actions' seconds, without waiting)."""
-    return max((sum(stages[s].seconds.get(k, 0.0) for s, k, _ in actions) for actions in order.values()), default=0.0)
+    n = _microbatches(order)
+    return max((sum(stages[s].time(k, mb, n) for s, k, mb in actions) for actions in order.values()), default=0.0)
+
+
+def _microbatches(order: dict) -> int:
+    return 1 + max((a[2] for actions in order.values() for a in actions if a[2] is not None), default=0)

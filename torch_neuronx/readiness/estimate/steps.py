@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 from typing import NamedTuple
 
+from neuronsim import collectives as _vocabulary
 from neuronsim import hardware as hw
 
 from . import pipeline as _pipeline
@@ -171,7 +172,7 @@ def _summary(scope: list, hidden: float, parts: dict, fig: dict, prec: str, top:
 def _stage_times(recordings: list, fig: dict, prec: str) -> dict:
     """{stage: StageTimes} of every pipeline stage the recordings ran (each stage's first recording);
     a stage of a schedule that no recording ran takes the slowest recorded stage's times."""
-    times: dict = {}
+    times: dict = {}  # stage -> kind -> [seconds per micro-batch run]
     stages = 0
     for r in recordings:
         p = r.pipeline
@@ -179,25 +180,34 @@ def _stage_times(recordings: list, fig: dict, prec: str) -> dict:
             continue
         stages = max(stages, p.stages)
         graph_seconds = _graph_seconds(r.graph_parts, fig, prec)
+        mine: dict = {}
         for key, b in p.actions.items():
-            stage, kind = key.split(":")
-            per_mb = _bucket_time(b, fig, prec, graph_seconds).seconds / max(p.ran.get(key, 1), 1)
-            times.setdefault(int(stage), {}).setdefault(kind, per_mb)
-    slowest = {k: max(t.get(k, 0.0) for t in times.values()) for k in {k for t in times.values() for k in t}}
-    return {s: _pipeline.StageTimes(times.get(s, slowest)) for s in range(stages)}
+            stage, kind, mb = key.split(":")
+            mine.setdefault(int(stage), {}).setdefault(kind, {})[int(mb)] = _bucket_time(b, fig, prec, graph_seconds)[0]
+        for stage, kinds in mine.items():
+            times.setdefault(stage, {k: [v[mb] for mb in sorted(v)] for k, v in kinds.items()})
+    out = {s: _pipeline.StageTimes(t) for s, t in times.items()}
+    slowest = max(out.values(), key=lambda t: sum(map(sum, t.seconds.values())), default=None)
+    return {s: out.get(s, slowest) for s in range(stages)} if slowest is not None else {}
 
 
-def _pipeline_step(rec, step_seconds: float, fig: dict, prec: str, stages: dict) -> tuple:
+def _pipeline_step(rec, step, step_seconds: float, fig: dict, prec: str, stages: dict) -> tuple:
     """(seconds, bubble) of a pipeline rank's step: the schedule's critical path over every rank
-    of the pipeline (``pipeline``), plus this rank's own work outside the schedule's actions."""
+    of the pipeline (``pipeline``), plus this rank's own work in its step (the Bucket `step`)
+    outside the schedule's actions and their point-to-point transfers (the path has those)."""
     p = rec.pipeline
     graph_seconds = _graph_seconds(rec.graph_parts, fig, prec)
-    actions = sum(_bucket_time(b, fig, prec, graph_seconds).seconds for b in p.actions.values()) / max(p.steps, 1)
-    sends = [c for b in rec.buckets for c in b.collectives if c.kind in ("send", "isend")]
-    hop = max((collective_time(fig, c.kind, c.bytes, c.group_size, c.instances > 1)[0] for c in sends), default=0.0)
-    path = _pipeline.critical_path(p.order, stages, hop)
-    outside = max(step_seconds - actions, 0.0)
+    actions = sum(_bucket_time(b, fig, prec, graph_seconds).seconds for b in p.actions.values())  # one step's
+    p2p = [(c, n) for c, n in step.collectives.items() if _is_point_to_point(c.kind)]
+    times = [(collective_time(fig, c.kind, c.bytes, c.group_size, c.instances > 1)[0], n) for c, n in p2p]
+    path = _pipeline.critical_path(p.order, stages, max((t for t, _ in times), default=0.0))
+    outside = max(step_seconds - actions - sum(t * n for t, n in times), 0.0)
     return outside + path, path - _pipeline.busiest_rank(p.order, stages)
+
+
+def _is_point_to_point(kind: str) -> bool:
+    found = _vocabulary.find(kind)
+    return found is not None and found.point_to_point
 
 
 def _rank_estimate(rec, fig: dict, prec: str, stages: dict | None = None) -> RankEstimate:
@@ -216,7 +226,7 @@ def _rank_estimate(rec, fig: dict, prec: str, stages: dict | None = None) -> Ran
         scope = buckets
     bubble = 0.0
     if rec.pipeline is not None and stages:
-        step_seconds, bubble = _pipeline_step(rec, step_seconds, fig, prec, stages)
+        step_seconds, bubble = _pipeline_step(rec, scope[-1], step_seconds, fig, prec, stages)
     summary = _summary(scope, sum(t.hidden for t in times), rec.graph_parts, fig, prec)
     terms = summary.terms
     total = sum(terms.values()) or 1.0

@@ -204,10 +204,11 @@ class Generation:
 @dataclasses.dataclass
 class PipelineRecord:
     """The pipeline schedule this rank ran (torch.distributed.pipelining): what the time model
-    composes a step of. Its stages' actions (a micro-batch's forward "F", backward "B", or the
-    inputs' "I" and weights' "W" halves of it) are counted in buckets of their own, by stage and
-    kind, over every step; `ran` counts them (a dry run may run fewer micro-batches than
-    `microbatches`, each the same work)."""
+    composes a step of. Its stages' actions of the last step (a micro-batch's forward "F",
+    backward "B", or the inputs' "I" and weights' "W" halves of it) are counted in buckets of their
+    own, by stage, kind and micro-batch; `ran` counts them by stage and kind (a dry run may run
+    fewer micro-batches than `microbatches`: the first and last as the script's, the others each
+    the same work)."""
 
     schedule: str  # the schedule's class, e.g. "Schedule1F1B"
     microbatches: int  # per step, as the script asked
@@ -215,8 +216,8 @@ class PipelineRecord:
     stage_indices: list  # this rank's
     group: list  # the pipeline group's global ranks, in group-rank order
     order: dict  # group rank -> [(stage, kind, micro-batch)] of one step, in order
-    actions: dict = dataclasses.field(default_factory=dict)  # "stage:kind" -> Bucket
-    ran: dict = dataclasses.field(default_factory=dict)  # "stage:kind" -> actions run
+    actions: dict = dataclasses.field(default_factory=dict)  # "stage:kind:micro-batch" -> Bucket
+    ran: dict = dataclasses.field(default_factory=dict)  # "stage:kind" -> actions run in the last step
     steps: int = 0  # schedule steps run
 
 

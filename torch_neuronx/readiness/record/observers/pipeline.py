@@ -1,9 +1,10 @@
 """Pipeline parallelism: the schedule a rank runs (torch.distributed.pipelining) and its actions.
 
 At each ``step()`` of a pipeline schedule the observer notes what the schedule is (its class,
-micro-batches, stages, and every rank's actions in order: the schedule's own IR), and each action
-a stage runs for one micro-batch (forward, backward, or its halves) opens a bucket of its own, by
-stage and kind, besides the step's: the time model composes a step from them along the schedule.
+micro-batches, stages, and every rank's actions in order), and each action a stage runs for one
+micro-batch (forward, backward, or its halves) opens a bucket of its own besides the step's, by
+stage, kind and micro-batch: those of the last step are kept (the first also builds the stages),
+and the time model composes a step from them along the schedule.
 """
 
 from __future__ import annotations
@@ -39,17 +40,18 @@ class Pipeline:
         def step(schedule, *args, **kwargs):
             observer.facts = _torch_private.schedule_facts(schedule)  # before a dry run shortens it
             observer.steps += 1
+            observer.actions, observer.ran = {}, {}  # this step's
             return orig(schedule, *args, **kwargs)
 
         return step
 
     @contextlib.contextmanager
     def _action(self, stage: int, kind: str, microbatch):
-        key = f"{stage}:{kind}"
+        key = f"{stage}:{kind}:{microbatch}"
         bucket = self.actions.get(key)
-        if bucket is None:
+        if bucket is None:  # a micro-batch's loss joins its forward's bucket, counted once
             bucket = self.actions[key] = Bucket(name=key)
-        self.ran[key] = self.ran.get(key, 0) + 1
+            self.ran[f"{stage}:{kind}"] = self.ran.get(f"{stage}:{kind}", 0) + 1
         self.spans.open(bucket)
         try:
             yield
