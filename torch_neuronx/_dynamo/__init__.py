@@ -81,6 +81,9 @@ def register() -> None:
 
     - Dynamo's backend registry: ``backend="neuron"``;
     - Dynamo's device interfaces: the ``neuron`` device interface;
+    - Dynamo's frame conversion: a frame of a DDP-wrapped module is compiled with the
+      active dispatch modes off, as every other frame is
+      (:func:`_inductor_glue.patch_ddp_optimizer_modes`);
     - Inductor's ``compile_fx``: the neuron code generator and lowering choices,
       so plain ``torch.compile(model)`` (backend "inductor") compiles neuron
       graphs exactly like backend "neuron" does.
@@ -104,6 +107,13 @@ def _register_device_interface(_module) -> None:
     from . import _inductor_glue
 
     _inductor_glue.register_device_interface()
+
+
+def _patch_ddp_optimizer(_module) -> None:
+    from . import _inductor_glue
+
+    if _inductor_glue.torch_version_supported():
+        _inductor_glue.patch_ddp_optimizer_modes()
 
 
 def _install_inductor_glue(_module) -> None:
@@ -132,6 +142,7 @@ _AFTER_IMPORT = {
     "torch.nn.attention.flex_attention": _install_flex,
     "torch.nn.attention.varlen": _install_varlen,
     "torch._dynamo.device_interface": _register_device_interface,
+    "torch._dynamo.convert_frame": _patch_ddp_optimizer,
     "torch._inductor.compile_fx": _install_inductor_glue,
 }
 

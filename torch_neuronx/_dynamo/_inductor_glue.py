@@ -97,6 +97,52 @@ def register_device_interface() -> None:
 
 
 # --------------------------------------------------------------------------- #
+# Dynamo's DDPOptimizer: compiled without the caller's dispatch modes
+# --------------------------------------------------------------------------- #
+
+_ddp_branch_patched = False
+
+
+def patch_ddp_optimizer_modes() -> None:
+    """Compile a frame under DistributedDataParallel with the active dispatch modes off, as Dynamo
+    compiles every other frame (idempotent; imports no Inductor).
+
+    Dynamo turns the current TorchDispatchModes off while it traces and compiles a frame
+    (``with compile_lock, _disable_current_modes()`` in ``CatchErrorsWrapper.__call__``), so a mode
+    whose ``ignore_compile_internals()`` is True sees only the compiled code's run. Its branch for
+    a frame of a DDP-wrapped module (``optimize_ddp="ddp_optimizer"``: DDPOptimizer splits the graph
+    at DDP's gradient buckets) calls the DDPOptimizer callback under ``compile_lock`` alone: such a
+    mode then sees Dynamo's fake tensors, AOTAutograd's functional tensors and DDPOptimizer's
+    fake-mode runs, and a fake mode active in the caller stays active under Dynamo's. A readiness
+    recording then records the compiler's ops as the run's, and a dry run (whose tensors belong
+    to its own fake mode) fails in the split's compilation ("Mixing fake modes NYI", or "Please
+    convert all Tensors to FakeTensors first"). The branch's callback (the only user of
+    ``_clone_with_backend``) runs here under ``_disable_current_modes()`` too."""
+    global _ddp_branch_patched
+    if _ddp_branch_patched:
+        return
+    _ddp_branch_patched = True
+    from torch._dynamo import convert_frame
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    def without_modes(callback):
+        @functools.wraps(callback)
+        def call(*args, **kwargs):
+            with _disable_current_modes():
+                return callback(*args, **kwargs)
+
+        return call
+
+    for cls in (convert_frame.ConvertFrame, convert_frame.ConvertFrameAssert):
+        clone = getattr(cls.__dict__.get("_clone_with_backend"), "fget", None)  # self -> (backend -> callback)
+        if clone is None:  # runs inside `import torch._dynamo`: a changed Dynamo must still import
+            continue
+        cls._clone_with_backend = property(
+            lambda self, clone=clone: lambda backend: without_modes(clone(self)(backend))
+        )
+
+
+# --------------------------------------------------------------------------- #
 # Inductor code generation: C++ kernels + Python wrapper for device "neuron"
 # --------------------------------------------------------------------------- #
 
