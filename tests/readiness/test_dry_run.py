@@ -11,6 +11,7 @@ import torch
 
 import torch_neuronx
 from torch_neuronx.readiness import ValueUnknownError
+from torch_neuronx.readiness.report.render import UNFUSED
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -49,6 +50,7 @@ def test_dry_run_equals_real_run_in_memory_ops_and_fallbacks():
     assert strip(rec_d.fallbacks) == strip(rec_r.fallbacks) != []
     assert dry.report.summary().startswith("torch-neuronx readiness (dry run):")
     assert not rec_r.dry_run and rec_d.dry_run
+    assert UNFUSED not in dry.report.to_markdown()  # nothing compiled: no graph's intermediates to count
 
 
 def test_an_optimizer_made_before_the_model_moves_steps_the_device_parameters():
@@ -156,6 +158,7 @@ def test_compiled_graphs_are_dynamos_own():
             for batch in (8, 8, 4):  # the last batch recompiles
                 compiled(torch.randn(batch, 64, device="neuron")).sum().backward()
         r.report.data["own_peak"] = r.report.data["memory"][0]["peak_allocated"] - before
+        r.report.data["markdown"] = r.report.to_markdown()
         return r.report.data
 
     real, dry = run(False), run(True)
@@ -164,6 +167,7 @@ def test_compiled_graphs_are_dynamos_own():
     # A graph's ops run one by one on fake tensors: its intermediates all count (an upper
     # bound: the real compiled kernel keeps some on chip); what the backward keeps is the same.
     assert real["own_peak"] <= dry["own_peak"]
+    assert UNFUSED in dry["markdown"]  # the report says so, among what a dry run cannot know
 
 
 def test_breakdown_counts_parameters_gradients_and_optimizer_state_exactly():

@@ -85,10 +85,12 @@ def _dry_run(d) -> list:
     dr = d.get("dry_run")
     if not dr:
         return []
+    compiled = bool((d.get("compile") or {}).get("graphs"))  # by backend "neuron" or Inductor, without code
+    cannot = CANNOT_KNOW[:-1] + (UNFUSED,) * compiled + CANNOT_KNOW[-1:]
     text = (
         "This is a **dry run**: the script ran at its real size with no data. Every tensor had its "
         "real shape, dtype and device and no memory behind it; the device allocator counted every "
-        "storage as a real run allocates it. What it cannot know:\n\n" + "\n".join(f"- {c}" for c in CANNOT_KNOW)
+        "storage as a real run allocates it. What it cannot know:\n\n" + "\n".join(f"- {c}" for c in cannot)
     )
     absent = dr.get("absent_weights") or []
     if absent:
@@ -504,6 +506,11 @@ CANNOT_KNOW = (
     "numerics: NaN, overflow, loss of precision;",
     "host time: data loading, tokenization and Python overhead, which the step-time estimate does not include;",
     "memory the real device's kernels take for their own scratch buffers (not part of any tensor).",
+)
+# What a dry run with compiled graphs cannot know besides (it generates no code for them).
+UNFUSED = (
+    "which intermediates of a compiled graph its fused kernels keep on chip: the graph's ops ran one by "
+    "one and each intermediate counted, so the peak is an upper bound of the real run's;"
 )
 
 
