@@ -53,6 +53,29 @@ def test_a_class_splits_on_the_dimension_a_witness_differs_in():
     assert [p.members for p in parts] == [[4], [1, 5], [2, 6], [3, 7]]
 
 
+def test_a_witness_that_fails_ends_the_search_for_its_class():
+    """A failing witness answers the question (the job fails); finding which other members fail
+    would bisect the dimension, runs a 1,024-rank dry run cannot spend."""
+    from torch_neuronx.readiness.launch.by_classes import _step
+
+    mesh = C.infer_mesh(_groups(("mesh_dp", 4, 256), ("mesh_tp", 1, 4), world=1024), 1024)
+    plan = C.plan(mesh)
+    ok = {"collectives": {}, "graphs": [], "ops": {}, "memory": [], "error": []}
+    prints = {r: dict(ok) for c in plan for r in c.runs}
+    failing = max(w for c in plan for w in c.witnesses)
+    prints[failing] = dict(ok, error=["IndexError: list index out of range"])
+    plan, todo = _step(plan, mesh, prints, C.MAX_RUNS)
+    assert todo == []
+    (c,) = [c for c in plan if failing in c.witnesses]
+    assert c.proven is False and f"rank {failing} failed" in c.why and "IndexError" in c.why
+    # a witness that differs without failing still splits its class (here along tp)
+    prints = {r: dict(ok) for c in plan for r in c.runs}
+    prints[1020] = dict(ok, ops={("aten::mm", "float32", 4): 1})
+    before = C.plan(mesh)
+    plan, todo = _step(before, mesh, prints, C.MAX_RUNS)
+    assert len(plan) > len(before) and todo
+
+
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_a_dry_run_by_classes_answers_as_one_of_every_rank(tmp_path):
