@@ -59,8 +59,10 @@ def _prove(c, mesh, fingerprints: dict) -> int | None:
             # The job fails: that answer is found. Where among the members the failure starts
             # would take runs a dry run cannot spend at scale (a bisection of the dimension).
             c.proven = False
-            c.why = (f"rank {w} failed where rank {c.rep} ran ({fingerprints[w]['error'][0][:160]}); "
-                     f"which other members fail is not known: check them with --ranks")
+            c.why = (
+                f"rank {w} failed where rank {c.rep} ran ({fingerprints[w]['error'][0][:160]}); "
+                f"which other members fail is not known: check them with --ranks"
+            )
             return None
         if differ:
             rc, wc = mesh.coords(c.rep), mesh.coords(w)
