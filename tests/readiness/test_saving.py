@@ -1,14 +1,19 @@
 """Saving in a dry run: where the real run writes safetensors files, the dry run writes the same
-files (names, index, headers byte for byte, sizes) without their data, and the report lists them."""
+files (names, index, headers byte for byte, sizes) without their data, and the report lists them;
+torch.save's files are not written, and a later torch.load of one stops the run at its line."""
 
 import json
 import os
+import re
 import struct
+import sys
+import textwrap
 
 import pytest
 import torch
 
 import torch_neuronx
+from torch_neuronx.readiness.launch import cli as _cli
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
 
@@ -80,16 +85,80 @@ def test_safetensors_save_to_bytes_in_a_dry_run_says_why_it_cannot():
             save({"w": torch.zeros(4, 4, device="neuron")})
 
 
-def test_torch_save_of_a_dry_runs_tensors_stops_at_the_line_before_writing(tmp_path):
+def _line(marker: str) -> int:
+    return next(i for i, t in enumerate(open(__file__).read().splitlines(), 1) if marker in t and "_line(" not in t)
+
+
+def test_a_dry_run_of_a_script_ending_in_torch_save_gets_a_verdict_and_lists_the_file(tmp_path, capfd):
+    # torch.save pickles the data, which a dry run does not have: the file is not written and the
+    # script goes on to its verdict (before, the run "failed" at the save)
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import sys, torch
+            model = torch.nn.Linear(64, 32).to("neuron")
+            opt = torch.optim.AdamW(model.parameters())
+            model(torch.randn(8, 64, device="neuron")).sum().backward()
+            opt.step()
+            torch.save({"model": model.state_dict(), "optim": opt.state_dict()}, sys.argv[1])
+            print("saved")
+            """
+        )
+    )
+    out, ckpt = tmp_path / "rep", tmp_path / "ckpt.pt"
+    assert _cli.main(["--dry-run", "--out", str(out), "--", sys.executable, str(script), str(ckpt)]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["verdict"] == "runs natively"
+    (saved,) = rep["dry_run"]["saved_without_data"]
+    # weight, bias, and AdamW's step, exp_avg and exp_avg_sq of each
+    params = (32 * 64 + 32) * 4
+    assert saved == {
+        "path": str(ckpt), "tensors": 8, "bytes": 3 * params + 2 * 4, "site": f"{script}:7 (<module>)", "written": False,
+    }  # fmt: skip
+    assert not ckpt.exists()
+    assert "torch.save's files are not written in a dry run: a pickle holds the data" in (out / "report.md").read_text()
+    captured = capfd.readouterr().out  # the script's own output: the run went on after the save
+    assert "saved\n" in captured and f"not written      {ckpt}: not written (torch.save's files" in captured
+
+
+def test_torch_load_of_a_file_torch_save_did_not_write_stops_at_its_line(tmp_path):
+    import io
+
     from torch_neuronx.readiness import ValueUnknownError
 
-    path = tmp_path / "sd.pt"
-    with torch_neuronx.readiness(dry_run=True):
+    path, buf = tmp_path / "sd.pt", io.BytesIO()
+    torch.save({"old": 1}, path)  # a file from before: the dry run neither overwrites it nor loads it
+    with torch_neuronx.readiness(dry_run=True) as r:
         model = torch.nn.Linear(4, 4).to("neuron")
-        torch.save({"step": 1}, tmp_path / "meta.pt")  # no tensors without data: saved as in a real run
-        with pytest.raises(ValueUnknownError, match=r"torch\.save at .*test_saving\.py:\d+ "):
-            torch.save(model.state_dict(), path)
-    assert not path.exists() and torch.load(tmp_path / "meta.pt") == {"step": 1}
+        torch.save(model.state_dict(), str(path))  # saved to a path
+        torch.save(model.state_dict(), buf)  # saved to a file object
+        for f, marker in ((path, "saved to a path"), (buf, "saved to a file object")):
+            match = rf"torch\.load at {re.escape(__file__)}:{_line('the load')} .*torch\.save at {re.escape(__file__)}:{_line(marker)} "
+            with pytest.raises(ValueUnknownError, match=match):
+                torch.load(f)  # the load
+    assert torch.load(path) == {"old": 1}
+    saved = r.report.data["dry_run"]["saved_without_data"]
+    # a file the script opens itself: Python's error, with a note on why the file is not there
+    with pytest.raises(FileNotFoundError) as raised:
+        with torch_neuronx.readiness(dry_run=True):
+            torch.save(torch.nn.Linear(4, 4).to("neuron").state_dict(), tmp_path / "new.pt")  # never written
+            open(tmp_path / "new.pt", "rb")
+    assert f"torch.save at {__file__}:{_line('never written')} " in raised.value.__notes__[-1]
+    assert [(f["path"], f["tensors"], f["bytes"], f["written"]) for f in saved] == [
+        (str(path), 2, 20 * 4, False), ("a _io.BytesIO object", 2, 20 * 4, False),
+    ]  # fmt: skip
+
+
+def test_torch_save_of_objects_without_a_dry_runs_tensors_writes_as_before(tmp_path):
+    path = tmp_path / "sd.pt"
+    with torch_neuronx.readiness(dry_run=True) as r:
+        model = torch.nn.Linear(4, 4).to("neuron")
+        torch.save(model.state_dict(), path)  # not written
+        torch.save({"step": 1, "lr": 0.5}, path)  # written: a later load reads it
+        assert torch.load(path) == {"step": 1, "lr": 0.5}
+    assert torch.load(path) == {"step": 1, "lr": 0.5}
+    assert [f["written"] for f in r.report.data["dry_run"]["saved_without_data"]] == [False]
 
 
 def _lora():

@@ -1137,6 +1137,7 @@ PATCH_POINTS = (
     ("safetensors.torch.serialize replaced on its module", "dry.checkpoints.saving.SaveTap",
      "safetensors 0.8.0", "safetensors.torch:serialize"),
     ("torch.save replaced on its module", "dry.checkpoints.saving.TorchSaveTap", "2.13.0", "torch:save"),
+    ("torch.load replaced on its module", "dry.checkpoints.saving.TorchLoadTap", "2.13.0", "torch:load"),
     ("c10d's object collectives replaced on their modules", "dry.objects.ObjectCollectivesTap", "2.13.0",
      "torch.distributed.distributed_c10d:scatter_object_list"),
     ("FakeTensor.__new__ replaced on the class", "ParameterClassTap", "2.13.0",

@@ -24,6 +24,7 @@ from .. import _torch_private as _tp
 from ..record.observers.fallbacks import WouldBeFallbacks
 from . import checkpoints, objects
 from .accounting import Accounting
+from .checkpoints.saving import Unwritten
 from .mode import REAL_HOST_BYTES, DryMode
 from .parameters import Parameters
 from .taps import dry_run_taps
@@ -46,8 +47,9 @@ class DryExecutor:
         self.ledger = self.accounting.ledger
         self.fallbacks = WouldBeFallbacks()
         self.values = ValueStore()
-        self.saved: list = []  # the files written without data, as the report lists them
-        self._taps = dry_run_taps(self.accounting, self.values, self.saved)
+        self.saved: list = []  # the files saved without data, as the report lists them
+        self.unwritten = Unwritten()  # those of them torch.save did not write
+        self._taps = dry_run_taps(self.accounting, self.values, self.saved, self.unwritten)
         self.fake_mode = None
         self.mode = None
         self._thread_tap = None
@@ -82,10 +84,11 @@ class DryExecutor:
             self.mode = None
         _active = None
 
-    @staticmethod
-    def failed(exc: BaseException) -> None:
-        """transformers' error for a directory without weights gets the dry run's way out as a note."""
+    def failed(self, exc: BaseException) -> None:
+        """transformers' error for a directory without weights gets the dry run's way out as a note,
+        and a missing file that torch.save did not write says so."""
         checkpoints.note_missing_weights(exc)
+        self.unwritten.note(exc)
 
     def contribute(self, recording) -> None:
         recording.dry_run = True

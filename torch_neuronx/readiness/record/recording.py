@@ -244,7 +244,8 @@ class Recording:
     error: str | None = None  # how the run ended, when it raised
     dry_run: bool = False
     value_reads: list = dataclasses.field(default_factory=list)  # ValueRead (dry run)
-    # files a dry run wrote without data: {"path", "tensors", "bytes", "site"}
+    # files a dry run saved without data: {"path", "tensors", "bytes", "site"}, and "written": False
+    # for torch.save's, not written at all (a path, or what the file object was)
     saved_without_data: list = dataclasses.field(default_factory=list)
     # weights a dry run loaded header-only stand-ins for (or could not): {"path", "absent", "class", ...}
     absent_weights: list = dataclasses.field(default_factory=list)

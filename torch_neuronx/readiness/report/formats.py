@@ -57,7 +57,10 @@ def summary(d) -> str:
         n = sum(v["count"] for v in d["dry_run"]["value_reads"])
         lines.append(f"  dry run          no data; {n} value read(s) got placeholders (listed in the report)")
         lines += [f"  weights absent   {render.absent_text(a)}" for a in d["dry_run"]["absent_weights"]]
-        lines += [f"  saved no data    {render.saved_text(f)}" for f in d["dry_run"].get("saved_without_data", [])]
+        lines += [
+            f"  {'saved no data' if f.get('written', True) else 'not written':<16} {render.saved_text(f)}"
+            for f in d["dry_run"].get("saved_without_data", [])
+        ]
     for e in d["estimates"]:
         lines.append(f"  est. {render.est_label(e):<34} {render.est_line(e)}")
         lines += [f"       {label:<34} {text}" for label, text in render.phase_lines(e)]

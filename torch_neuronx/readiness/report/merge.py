@@ -153,8 +153,9 @@ def dry_run(raws) -> dict | None:
             {"site": v.site, "kind": v.kind, "placeholder": v.value, "count": v.count} for v in reads if not v.assumed
         ],
         "assumed": [{"site": v.site, "check": v.kind, "value": v.value, "count": v.count} for v in reads if v.assumed],
-        # every rank's own files (a rank that saves nothing lists none), each once
-        "saved_without_data": list({f["path"]: f for r in dry for f in r.saved_without_data}.values()),
+        # every rank's own files (a rank that saves nothing lists none), each save once: by path and
+        # line, as file objects have no path (two BytesIO saved at two lines are two entries)
+        "saved_without_data": list({(f["path"], f["site"]): f for r in dry for f in r.saved_without_data}.values()),
         # the weights the launcher stood in for, as every rank's recording holds them
         "absent_weights": list({a["path"]: a for r in dry for a in r.absent_weights}.values()),
     }

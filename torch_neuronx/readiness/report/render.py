@@ -98,10 +98,7 @@ def _dry_run(d) -> list:
         text += "\n".join(f"- {absent_text(a)}" for a in absent)
     saved = dr.get("saved_without_data") or []
     if saved:
-        text += (
-            "\n\nFiles saved without data (safetensors files with every tensor's name, dtype and shape, "
-            "as the real run writes them, and no data: loading one gives zeros):\n\n"
-        )
+        text += "\n\nFiles saved without data (" + "; ".join(_saved_kinds(saved)) + "):\n\n"
         text += "\n".join(f"- {saved_text(f)}" for f in saved)
     out = [("Dry run", text, None, None)]
     rows = [[v["site"], v["kind"], v["placeholder"], v["count"]] for v in dr["value_reads"]]
@@ -123,7 +120,28 @@ def _dry_run(d) -> list:
     return out
 
 
+def _saved_kinds(saved: list) -> list:
+    """What the listed files are: header-only safetensors files, torch.save's files not written."""
+    kinds = []
+    if any(f.get("written", True) for f in saved):
+        kinds.append(
+            "safetensors files with every tensor's name, dtype and shape, as the real run writes them, "
+            "and no data: loading one gives zeros"
+        )
+    if not all(f.get("written", True) for f in saved):
+        kinds.append(
+            "torch.save's files are not written in a dry run: a pickle holds the data, which a dry run does "
+            "not have; the run went on, and a torch.load of one would stop it there"
+        )
+    return kinds
+
+
 def saved_text(f: dict) -> str:
+    if not f.get("written", True):
+        return (
+            f"{f['path']}: not written (torch.save's files are not written in a dry run: a pickle holds the "
+            f"data); {f['tensors']} tensor(s), {fmt_bytes(f['bytes'])} of data, saved at {f['site']}"
+        )
     return f"{f['path']}: {f['tensors']} tensor(s), {fmt_bytes(f['bytes'])} of data not written (saved at {f['site']})"
 
 
