@@ -663,6 +663,33 @@ def test_dtensor_ops_are_recorded_on_their_local_shards():
     assert est["tensor_flops"]["bfloat16"] == 2 * 64 * 128 * 128
 
 
+def test_a_dtensor_op_that_redistributes_first_is_recorded_on_the_redistributed_shards():
+    # DTensor all-gathers an input before the local matmul when its strategy needs it: the core
+    # multiplies the gathered tensor, not the shard the input had before
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    with torch_neuronx.readiness(dry_run=True, rank=0, world_size=2) as r:
+        dist.init_process_group("neuron")
+        mesh = init_device_mesh("neuron", (2,))
+        x = distribute_tensor(torch.randn(96, 160, device="neuron", dtype=torch.bfloat16), mesh, [Shard(0)])
+        w = distribute_tensor(torch.randn(160, 224, device="neuron", dtype=torch.bfloat16), mesh, [Shard(1)])
+        v = distribute_tensor(torch.randn(160, 64, device="neuron", dtype=torch.bfloat16), mesh, [Shard(0)])
+        y = torch.mm(x, w)  # x's rows are all-gathered: (96, 160) @ (160, 112) on each rank
+        z = torch.mm(x, v)  # v's rows are all-gathered: (48, 160) @ (160, 64); its shard has 80 rows
+    assert (y.placements, tuple(y.to_local().shape)) == ((Shard(1),), (96, 112))
+    assert (z.placements, tuple(z.to_local().shape)) == ((Shard(0),), (48, 64))
+    mms = sorted(
+        (k.flops, k.bytes, k.matmuls) for b in r.recording.buckets for k, n in b.ops.items() if k.op == "aten::mm"
+    )
+    assert mms == [
+        (2 * 48 * 160 * 64, (48 * 160 + 160 * 64 + 48 * 64) * 2, ((48, 160, 64, 1),)),
+        (2 * 96 * 160 * 112, (96 * 160 + 160 * 112 + 96 * 112) * 2, ((96, 160, 112, 1),)),
+    ]
+    assert r.recording.recorder_errors == {}
+
+
 @pytest.mark.slow  # two Inductor compiles of a small graph: ~15 s
 def test_a_compiled_graph_costs_the_same_in_a_dry_run_and_a_real_one(tmp_path, monkeypatch):
     # A static KV cache's update and attention: Inductor's graph passes rewrite the graph before

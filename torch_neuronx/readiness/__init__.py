@@ -29,7 +29,8 @@ PyTorch detail is in ``_torch_private``, and nowhere else. Collectives' names an
 ``neuronsim.collectives``. Of the rest of torch_neuronx, readiness imports only ``_C``,
 ``_sites`` (where a call came from), ``neuron`` (memory counters), ``profiler`` (the
 compiled-graph listener), and the hooks of ``distributed`` (process-group override, groups
-joined) and ``_dynamo`` (compiling without code generation) a dry run and the recorder use;
+joined, acting after a module's import) and ``_dynamo`` (compiling without code generation) a
+dry run and the recorder use;
 nothing below imports readiness (``tests/neuron/test_layering.py``).
 """
 

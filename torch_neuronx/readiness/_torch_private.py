@@ -889,6 +889,77 @@ class CompiledCallTap:
             OptimizeContext.__call__, self._orig = self._orig, None
 
 
+class RedistributionTap:
+    """Notes the local arguments a DTensor op runs on after DTensor redistributed its inputs for it
+    (a Shard(0) input of a matmul that needs it replicated: the all-gathered tensor), for the
+    recorder to cost the local op DTensor actually runs.
+
+    DTensor's dispatcher (its C++ fast path too) calls ``OpDispatcher.redistribute_local_args``
+    whenever its sharding decision redistributes an op's inputs, and only then; wrapped while a
+    recording runs, it keeps, per thread, the op, the identity of each input's shard before, and
+    the shape and dtype of each local argument after (not the tensors: that would keep an
+    all-gathered weight alive). Asking DTensor's sharding propagation instead costs a full Python
+    propagation per op and shapes the first time (its C++ cache is not the Python one), and a few
+    microseconds per DTensor op after; this costs nothing for an op that redistributes nothing."""
+
+    def __init__(self):
+        self._notes = threading.local()
+        self._orig = None
+        self.armed = False  # a recording runs: wrap DTensor's redistribution once it is imported
+
+    def on_import(self, _module=None) -> None:
+        """DTensor's dispatch module is imported: wrap it if a recording runs."""
+        if self.armed:
+            self.install()
+
+    def install(self) -> None:
+        """Wrap DTensor's redistribution (``torch.distributed.tensor`` must be imported)."""
+        from torch.distributed.tensor._dispatch import OpDispatcher
+
+        if self._orig is not None:
+            return
+        self._orig = vars(OpDispatcher)["redistribute_local_args"]
+        redistribute, notes = self._orig.__func__, self._notes
+
+        def redistribute_local_args(op_info, suggested_input_schema, use_val_from_redistribute_schema):
+            before = tuple(id(a) if isinstance(a, torch.Tensor) else None for a in op_info.local_args)
+            redistribute(op_info, suggested_input_schema, use_val_from_redistribute_schema)
+            after = tuple(
+                (tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else None for a in op_info.local_args
+            )
+            notes.last = (suggested_input_schema.op, before, after, op_info.args_tree_spec is not None)
+
+        OpDispatcher.redistribute_local_args = staticmethod(redistribute_local_args)
+
+    def remove(self) -> None:
+        self.armed = False
+        if self._orig is not None:
+            from torch.distributed.tensor._dispatch import OpDispatcher
+
+            OpDispatcher.redistribute_local_args, self._orig = self._orig, None
+            self._notes = threading.local()
+
+    def local_args(self, func, args):
+        """The positional arguments of the local op DTensor just ran for `func` on `args`, when it
+        redistributed them for it: each DTensor as its local shard after the redistribution (a meta
+        tensor of that shape where it changed), the rest as they are. None when it redistributed
+        nothing for this call: the current shards are the ones it ran on."""
+        note, self._notes.last = getattr(self._notes, "last", None), None
+        if note is None or note[0] != func:
+            return None
+        import torch.utils._pytree as pytree
+
+        _, before, after, flattened = note
+        flat, spec = pytree.tree_flatten(args) if flattened else (list(args), None)
+        flat = [local(a) if isinstance(a, torch.Tensor) else a for a in flat]
+        if len(flat) != len(before) or any(b is not None and b != id(a) for a, b in zip(flat, before)):
+            return None  # a note of another call of the op (one DTensor ran inside another's dispatch)
+        for i, (a, meta) in enumerate(zip(flat, after)):
+            if meta is not None and isinstance(a, torch.Tensor) and meta != (tuple(a.shape), a.dtype):
+                flat[i] = torch.empty(meta[0], dtype=meta[1], device="meta")
+        return pytree.tree_unflatten(flat, spec) if flattened else tuple(flat)
+
+
 def collective_group(func, args):
     """The process group a c10d op runs in (None when it cannot be told)."""
     from torch.distributed._tools.fake_collectives import CollectiveOp
@@ -1174,6 +1245,8 @@ PATCH_POINTS = (
      "torch.distributed.pipelining.schedules:_PipelineSchedule._maybe_compute_loss"),
     ("the wrapper torch.compile makes for a callable", "CompiledCallTap", "2.13.0",
      "torch._dynamo.eval_frame:OptimizeContext.__call__"),
+    ("OpDispatcher.redistribute_local_args replaced on the class (its C++ fast path calls it too)",
+     "RedistributionTap", "2.13.0", "torch.distributed.tensor._dispatch:OpDispatcher.redistribute_local_args"),
 )  # fmt: skip
 
 

@@ -18,6 +18,7 @@ from neuronsim import collectives as _collectives
 from neuronsim import settings as _settings
 
 from ... import _C
+from ...distributed._after_import import after_import
 from .. import _torch_private
 from .measure import PRIM_DEVICE, WAIT_TENSOR, FuncInfo, dtype_name, matmul_shapes, moved_bytes, outputs, tensors
 from .observers.collectives import collective_key
@@ -67,12 +68,13 @@ class _Mode(_torch_private.TorchDispatchMode):
         return out
 
 
-def _on_local_shards(args, kwargs, out, ts: list):
-    """A DTensor op as the same op on the local shards, which is what runs on this rank's core:
-    DTensor runs it below this mode, out of its sight (tensor parallelism's matmuls, an
-    optimizer's step on FSDP2's sharded parameters). The shards are the inputs' before any
-    redistribution DTensor makes for the op (its collectives are recorded apart). None when
-    another wrapper is among them (a compiler's functional tensors: tracing, not the run)."""
+def _on_local_shards(args, kwargs, out, ts: list, redistributed):
+    """A DTensor op as the local op DTensor runs on this rank's core: it runs it below this mode,
+    out of its sight (tensor parallelism's matmuls, an optimizer's step on FSDP2's sharded
+    parameters). Its inputs are the local shards after any redistribution DTensor made for the
+    op (`redistributed`, from ``RedistributionTap``: a Shard(0) input of a matmul that needs it
+    whole is all-gathered first), else the shards as they are. None when another wrapper is among
+    them (a compiler's functional tensors: tracing, not the run)."""
     if not all(hasattr(t, "_local_tensor") for t in ts if _torch_private.is_wrapper(t)):
         return None
 
@@ -81,7 +83,7 @@ def _on_local_shards(args, kwargs, out, ts: list):
             return type(a)(local(b) for b in a)
         return _torch_private.local(a) if isinstance(a, torch.Tensor) else a
 
-    return local(args), {k: local(v) for k, v in kwargs.items()}, local(out)
+    return local(args if redistributed is None else redistributed), {k: local(v) for k, v in kwargs.items()}, local(out)
 
 
 def _device_and_dtype(ins: list, outs: list) -> tuple:
@@ -113,6 +115,7 @@ class Recorder:
         self.pipeline = Pipeline(self.spans)
         self._funcs: dict = {}
         self._instances: dict = {}  # group name -> instances it spans
+        self._redistributions = _torch_private.RedistributionTap()  # DTensor's, for the local op's shapes
         self._mode = None
         self._t0 = 0.0
         self.wall_seconds = 0.0
@@ -130,6 +133,9 @@ class Recorder:
         self.graphs.start()
         self.sequence.start()
         self.pipeline.start()
+        # DTensor may be imported later, by the script: its redistribution is wrapped then
+        self._redistributions.armed = True
+        after_import("torch.distributed.tensor._dispatch", self._redistributions.on_import, "DTensor's local shapes")
         self._mode = _Mode(self)
         self._mode.__enter__()
 
@@ -139,6 +145,7 @@ class Recorder:
             self._mode = None
             self.graphs.stop()
         self.pipeline.stop()
+        self._redistributions.remove()
         self.sequence.stop()
         self.spans.stop()
         self.phases.stop()
@@ -165,7 +172,8 @@ class Recorder:
             info = self._funcs[func] = FuncInfo(func)
         ins, outs = tensors(kwargs.values(), tensors(args, [])), outputs(out)
         if any(self._not_the_run(t) for t in outs or ins):
-            local = _on_local_shards(args, kwargs, out, ins + outs)
+            redistributed = self._redistributions.local_args(func, args)
+            local = _on_local_shards(args, kwargs, out, ins + outs, redistributed)
             if local is None:
                 return
             args, kwargs, out = local
