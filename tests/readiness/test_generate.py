@@ -84,6 +84,63 @@ def test_a_compiled_decode_step_is_a_phase_costed_as_its_graph(fresh_dynamo):
         assert phases[True][phase]["seconds"] == pytest.approx(phases[False][phase]["seconds"], rel=0.01)
 
 
+@pytest.mark.parametrize("dry_run", [False, True], ids=["real", "dry"])
+def test_an_eager_generate_after_something_was_compiled_is_split_into_phases(dry_run, fresh_dynamo):
+    # Something compiled before the recording: no global module hooks (code compiled before would
+    # see them), but generate's model gets hooks of its own for the call, which delimit its forwards;
+    # the function compiled before runs as it was compiled, without recompiling
+    from torch._dynamo.utils import counters
+
+    double = torch.compile(lambda x: (x * 2).sin(), backend="neuron")
+    x = torch.ones(4, 8, device="neuron")
+    double(x)
+    frames, graphs = dict(counters["frames"]), counters["stats"]["unique_graphs"]
+    config = dict(vocab_size=512, hidden_size=256, intermediate_size=1024, max_position_embeddings=1024)
+    model = tiny_llama(**config, bos_token_id=1, eos_token_id=2, pad_token_id=None).to("neuron")
+    with torch_neuronx.readiness(dry_run=dry_run) as r:
+        if not dry_run:  # a dry run's tensors are fake: the compiled function would not take them as it did
+            double(x)
+        ids = torch.ones(1, PROMPT, dtype=torch.long, device="neuron")
+        with torch.no_grad():
+            out = model.generate(
+                ids, max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False, cache_implementation="static",
+                disable_compile=True, pad_token_id=0,
+            )  # fmt: skip
+        if not dry_run:
+            double(x)  # after the generation: none of its forwards
+    assert tuple(out.shape) == (1, PROMPT + NEW)
+    assert (dict(counters["frames"]), counters["stats"]["unique_graphs"]) == (frames, graphs)  # no recompile
+    assert not model._forward_pre_hooks and not model._forward_hooks  # the generate's hooks are gone
+    assert not r.recording.generation.compiled_outside
+    ph = r.report.data["estimates"][0]["phases"]
+    pre, dec = ph["prefill"], ph["decode"]
+    assert (pre["count"], pre["tokens"], dec["count"], dec["tokens"]) == (1, PROMPT, NEW - 1, 1)
+    assert 0 < dec["seconds"] < pre["seconds"]
+
+
+def test_generates_compiled_decode_step_compiled_before_the_recording_is_split_into_phases(fresh_dynamo):
+    # A warm-up generate compiled the decode step (a static cache on neuron) before the recording:
+    # the hooks on the model then run inside that compiled call, and must neither be compiled by
+    # Dynamo (new frames, hooks that never run) nor make it recompile
+    from torch._dynamo.utils import counters
+
+    config = dict(vocab_size=512, hidden_size=256, intermediate_size=1024, max_position_embeddings=1024)
+    model = tiny_llama(**config, bos_token_id=1, eos_token_id=2, pad_token_id=None).to("neuron")
+    ids = torch.ones(1, 64, dtype=torch.long, device="neuron")
+    kwargs = dict(
+        max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False, cache_implementation="static", pad_token_id=0
+    )
+    with torch.no_grad():
+        model.generate(ids, **kwargs)  # compiles the decode step
+        frames = dict(counters["frames"])
+        with torch_neuronx.readiness() as r:
+            model.generate(ids, **kwargs)
+    assert dict(counters["frames"]) == frames  # no recompile, no frame of the recording's own
+    ph = r.report.data["estimates"][0]["phases"]
+    assert (ph["prefill"]["count"], ph["prefill"]["tokens"], ph["decode"]["count"]) == (1, 64, NEW - 1)
+    assert any(o["op"].startswith("compiled graph") for o in ph["decode"]["ops"])  # the decode step's graph
+
+
 def test_a_forward_that_raises_is_closed_like_one_that_returns():
     # PyTorch calls always-called global forward hooks without kwargs when a forward raises;
     # the recording's hook takes both forms (before, it failed and PyTorch warned).

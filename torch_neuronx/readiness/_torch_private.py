@@ -1209,6 +1209,8 @@ PATCH_POINTS = (
      "safetensors 0.8.0", "safetensors.torch:serialize"),
     ("torch.save replaced on its module", "dry.checkpoints.saving.TorchSaveTap", "2.13.0", "torch:save"),
     ("torch.load replaced on its module", "dry.checkpoints.saving.TorchLoadTap", "2.13.0", "torch:load"),
+    ("transformers' GenerationMixin.generate replaced on the class", "record.observers.generate.GenerateTap",
+     "transformers 5.23.0", "transformers.generation.utils:GenerationMixin.generate"),
     ("c10d's object collectives replaced on their modules", "dry.objects.ObjectCollectivesTap", "2.13.0",
      "torch.distributed.distributed_c10d:scatter_object_list"),
     ("FakeTensor.__new__ replaced on the class", "ParameterClassTap", "2.13.0",

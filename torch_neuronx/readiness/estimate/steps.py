@@ -58,15 +58,15 @@ def phases(recordings: list, fig: dict, prec: str = "highest") -> Phases | None:
     """Estimates of a generation's phases: the median prefill (time to first token) and the median
     decode step (time per output token), each of the slowest rank, with its terms, shares and MFU.
     None when the run has no decode step (training, or forwards without a KV cache); `missing`
-    when forwards ran inside torch.compile, where module hooks do not delimit them."""
+    when a compiled graph ran outside the forwards the recording delimited."""
     recorded = [r.generation for r in recordings]
     if not any(b.phase == "decode" for g in recorded for b in g.forwards):
         return None
     if any(g.compiled_outside for g in recorded):
         return Phases(
             missing="a compiled graph ran outside any forward the report could delimit (a callable compiled "
-            "before the report started); its phases are estimated for eager forwards and for callables "
-            "compiled during the report"
+            "before the report started, called in a loop of the script's own); its phases are estimated for "
+            "transformers' generate, for eager forwards and for callables compiled during the report"
         )
     out = Phases()
     for phase in ("prefill", "decode"):

@@ -8,24 +8,29 @@ import torch
 
 from ... import _torch_private
 from ..recording import Bucket, Generation
+from .generate import GenerateTap
 
 
 class Phases:
     """Top-level ``nn.Module`` forwards while no optimizer step has run: the phases of
     inference. Each bucket runs from the start of one top-level forward to the start of the
-    next (so a token's sampling counts with the forward that produced it).
+    next, or the end of its ``generate`` (a token's sampling counts with the forward that made it).
 
     A forward is a decode step when it gets the same ``past_key_values`` object as the forward
     before it and one token per sequence (``input_ids`` / ``inputs_embeds`` / its first tensor
     argument of shape ``(batch, 1, ...)``), as ``generate`` calls it; any other is a prefill.
-    Forwards run inside torch.compile are not seen by module hooks (and the hooks are removed
-    when a compile starts: Dynamo would trace them): each outermost call of a ``torch.compile``'d
-    callable made during the recording (``generate``'s compiled decode step, a compiled
-    model) starts a forward instead, classified by the same rule from the call's arguments,
-    with the compiled graphs it runs costed whole. After the first compile, eager forwards are
-    not delimited: they count with the forward before them. A compiled graph run outside any
-    forward (a callable compiled before the recording) is noted, and the phases are then not
-    estimated.
+    Forwards run inside torch.compile are not seen by module hooks (and the global hooks are
+    removed when a compile starts: Dynamo would trace them): each outermost call of a
+    ``torch.compile``'d callable made during the recording (``generate``'s compiled decode step, a
+    compiled model) starts a forward instead, classified by the same rule from the call's
+    arguments, with the compiled graphs it runs costed whole.
+
+    Without global hooks (something was compiled before the recording, or a compile started in
+    it), transformers' ``generate`` still delimits its forwards: the model it runs has hooks of
+    its own for the duration of the call (``GenerateTap``). Other eager forwards are then not
+    delimited: they count with the forward before them. A compiled graph run outside any forward
+    of a generation in progress (a callable compiled before the recording, in a loop of one's
+    own) is noted, and the phases are then not estimated.
     """
 
     def __init__(self, spans):
@@ -37,29 +42,33 @@ class Phases:
         self._prev_cache = None
         self._handles = ()
         self._tap = None
+        self._generate = GenerateTap(self._pre, self._post, self._generating)
+        self._generates: list = []  # the generate calls in progress: whether each hooked its model
+        self._between = False  # a generate ended and no forward started since
         self.compiled_outside = False
 
     def start(self) -> None:
         from torch.nn.modules import module
 
         self.spans.on_step(self.training)
-        # Global module hooks change what Dynamo traces (and so its guards): code compiled
-        # without them would recompile. So no hooks once anything is compiled, and none
-        # from the moment a compile starts.
-        if _torch_private.dynamo_compiled_a_graph():
-            self.compiled_outside = True
-            return
         _torch_private.on_compile_start(self._on_compile)
         self._tap = _torch_private.CompiledCallTap(self._compiled_call)
         self._tap.install()
+        self._generate.install()
+        # Global module hooks change what Dynamo traces (and so its guards): code compiled
+        # without them would recompile. So no global hooks once anything is compiled, and none
+        # from the moment a compile starts; generate's hooks on its own model delimit its forwards.
+        if _torch_private.dynamo_compiled_a_graph():
+            return
         self._handles = (
             module.register_module_forward_pre_hook(self._pre),
             module.register_module_forward_hook(self._post, with_kwargs=True, always_call=True),
         )
 
     def _on_compile(self, _args=None) -> None:
-        # Inside a call of a callable compiled during the recording, that call is the forward.
-        inside = self._tap is not None and self._tap.active()
+        # Inside a call of a callable compiled during the recording, that call is the forward;
+        # inside a generate whose model has hooks of its own, they go on delimiting its forwards.
+        inside = (self._tap is not None and self._tap.active()) or any(self._generates)
         self.compiled_outside = self.compiled_outside or not inside
         self._unhook(keep_forward=inside)
 
@@ -75,6 +84,7 @@ class Phases:
             self.spans.close(self._cur)
         self._cur = bucket
         if bucket is not None:
+            self._between = False
             self.spans.open(bucket)
 
     def stop(self) -> None:
@@ -82,6 +92,7 @@ class Phases:
         if self._tap is not None:
             self._tap.remove()
             self._tap = None
+        self._generate.remove()
         self._unhook()
 
     def training(self) -> None:
@@ -91,9 +102,22 @@ class Phases:
         self._switch(None)
 
     def graph_ran(self) -> None:
-        """A compiled graph ran: outside an eager forward of a generation, the phases are unknown."""
-        if self._cur is None and not self._off and self.forwards:
+        """A compiled graph ran: outside an eager forward of a generation, the phases are unknown
+        (after a generate ended, it is no generation's)."""
+        if self._cur is None and not self._off and self.forwards and not self._between and not self._generates:
             self.compiled_outside = True
+
+    def _generating(self, entering: bool) -> bool:
+        """A generate starts (True: hook its model when no global hook sees its forwards) or ends
+        (its last forward ends with it)."""
+        if entering:
+            self._generates.append(not self._handles and not self._off)
+            return self._generates[-1]
+        self._generates.pop()
+        if not self._generates and not self._off:
+            self._switch(None)
+            self._between = True
+        return False
 
     def _compiled_call(self, args, kwargs) -> None:
         """A torch.compile'd callable is called: a forward whose module hooks run compiled."""
@@ -103,8 +127,12 @@ class Phases:
         self._switch(self.forwards[-1])
         self._cur.phase, self._cur.tokens = self._classify(args, kwargs)
 
+    def _inside_compiled_call(self) -> bool:
+        """Compiling, or in a call of a compiled callable, which is the forward (``_compiled_call``)."""
+        return torch.compiler.is_compiling() or (self._tap is not None and self._tap.active())
+
     def _pre(self, module, args):
-        if torch.compiler.is_compiling():
+        if self._inside_compiled_call():
             return
         self._depth += 1
         if self._depth == 1 and not self._off:
@@ -115,25 +143,29 @@ class Phases:
         # (module, args, kwargs, output); a forward that raised gets (module, args, None):
         # PyTorch calls always-called global hooks without kwargs on that path.
         kwargs = kwargs_and_output[0] if len(kwargs_and_output) == 2 else {}
-        if torch.compiler.is_compiling():
+        if self._inside_compiled_call():
             return
         self._depth = max(self._depth - 1, 0)
         if self._depth == 0 and self._cur is not None and self._cur.phase is None:
             self._cur.phase, self._cur.tokens = self._classify(args, kwargs)
 
     def _classify(self, args, kwargs) -> tuple:
-        cache = kwargs.get("past_key_values")
-        x = kwargs.get("input_ids")
-        x = kwargs.get("inputs_embeds") if x is None else x
-        if not isinstance(x, torch.Tensor):
-            x = next((a for a in args if isinstance(a, torch.Tensor)), None)
-        tokens = int(x.shape[1]) if isinstance(x, torch.Tensor) and x.dim() >= 2 else None
+        cache, tokens = kwargs.get("past_key_values"), _tokens(args, kwargs)
         prev, self._prev_cache = self._prev_cache, _weak(cache)
         same_cache = cache is not None and prev is not None and prev() is cache
         return ("decode" if same_cache and tokens == 1 else "prefill"), tokens
 
     def record(self) -> Generation:
         return Generation([b.typed() for b in self.forwards if b.phase is not None], self.compiled_outside)
+
+
+def _tokens(args, kwargs) -> int | None:
+    """Tokens per sequence of a forward: dimension 1 of its input ids (else embeddings, else first tensor)."""
+    x = kwargs.get("input_ids")
+    x = kwargs.get("inputs_embeds") if x is None else x
+    if not isinstance(x, torch.Tensor):
+        x = next((a for a in args if isinstance(a, torch.Tensor)), None)
+    return int(x.shape[1]) if isinstance(x, torch.Tensor) and x.dim() >= 2 else None
 
 
 def _weak(obj):
