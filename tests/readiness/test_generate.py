@@ -84,21 +84,65 @@ def test_a_compiled_decode_step_is_a_phase_costed_as_its_graph(fresh_dynamo):
         assert phases[True][phase]["seconds"] == pytest.approx(phases[False][phase]["seconds"], rel=0.01)
 
 
-@pytest.mark.parametrize("dry_run", [False, True], ids=["real", "dry"])
-def test_an_eager_generate_after_something_was_compiled_is_split_into_phases(dry_run, fresh_dynamo):
+@pytest.mark.parametrize(
+    "dry_run, compiled_before, compiled_inside",
+    [
+        (False, True, None),
+        (True, True, None),
+        (False, False, "function"),
+        (False, True, "submodule"),
+        (False, False, "submodule"),
+        (True, False, "submodule"),
+        (False, False, "helper"),
+        (False, False, "forward"),
+    ],
+    ids=[
+        "real",
+        "dry",
+        "function-compiled-inside",
+        "submodule-compiled-inside",
+        "submodule-compiled-first",
+        "submodule-compiled-first-dry",
+        "helper-compiled-in-forward",
+        "forward-compiled-inside",
+    ],
+)
+def test_an_eager_generate_after_something_was_compiled_is_split_into_phases(
+    dry_run, compiled_before, compiled_inside, fresh_dynamo
+):
     # Something compiled before the recording: no global module hooks (code compiled before would
     # see them), but generate's model gets hooks of its own for the call, which delimit its forwards;
-    # the function compiled before runs as it was compiled, without recompiling
+    # the function compiled before runs as it was compiled, without recompiling. A function compiled
+    # in the recording (as `torch-neuronx check` sees a script that compiles) is not a forward, nor
+    # is a compiled helper called in the forward; a compiled submodule's call is part of the forward
+    # it is called in (compiled first, in the prefill, it removes the global hooks mid-forward:
+    # generate's model then gets hooks of its own); a compiled model.forward is the forward.
     from torch._dynamo.utils import counters
 
-    double = torch.compile(lambda x: (x * 2).sin(), backend="neuron")
-    x = torch.ones(4, 8, device="neuron")
-    double(x)
+    def compiled():
+        return torch.compile(lambda x: (x * 2).sin(), backend="neuron")
+
+    x, double = torch.ones(4, 8, device="neuron"), None
+    if compiled_before:
+        double = compiled()
+        double(x)
     frames, graphs = dict(counters["frames"]), counters["stats"]["unique_graphs"]
     config = dict(vocab_size=512, hidden_size=256, intermediate_size=1024, max_position_embeddings=1024)
     model = tiny_llama(**config, bos_token_id=1, eos_token_id=2, pad_token_id=None).to("neuron")
     with torch_neuronx.readiness(dry_run=dry_run) as r:
-        if not dry_run:  # a dry run's tensors are fake: the compiled function would not take them as it did
+        if compiled_inside == "function":
+            double = compiled()
+        elif compiled_inside == "submodule":
+            model.model.layers[0].mlp.compile(backend="neuron")
+        elif compiled_inside == "helper":
+            mlp = model.model.layers[0].mlp
+            del mlp.act_fn  # a module: a function takes its place as a plain attribute
+            mlp.act_fn = torch.compile(lambda h: torch.nn.functional.silu(h), backend="neuron")
+        elif compiled_inside == "forward":
+            model.forward = torch.compile(model.forward, backend="neuron")
+        if (
+            not dry_run and double is not None
+        ):  # a dry run's tensors are fake: the compiled function would not take them as it did
             double(x)
         ids = torch.ones(1, PROMPT, dtype=torch.long, device="neuron")
         with torch.no_grad():
@@ -106,10 +150,11 @@ def test_an_eager_generate_after_something_was_compiled_is_split_into_phases(dry
                 ids, max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False, cache_implementation="static",
                 disable_compile=True, pad_token_id=0,
             )  # fmt: skip
-        if not dry_run:
+        if not dry_run and double is not None:
             double(x)  # after the generation: none of its forwards
     assert tuple(out.shape) == (1, PROMPT + NEW)
-    assert (dict(counters["frames"]), counters["stats"]["unique_graphs"]) == (frames, graphs)  # no recompile
+    if compiled_inside is None:
+        assert (dict(counters["frames"]), counters["stats"]["unique_graphs"]) == (frames, graphs)  # no recompile
     assert not model._forward_pre_hooks and not model._forward_hooks  # the generate's hooks are gone
     assert not r.recording.generation.compiled_outside
     ph = r.report.data["estimates"][0]["phases"]

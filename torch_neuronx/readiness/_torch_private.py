@@ -831,12 +831,14 @@ GRAPH_BREAK_AT = re.compile(r"in user code at (.+?):(\d+)\s*\nGraph Break Reason
 
 
 class CompiledCallTap:
-    """Tells `on_call(args, kwargs)` of each outermost call of a ``torch.compile``'d function
-    (not of calls made while Dynamo traces): a forward run inside compiled code has no module
-    hook to delimit it, but the call of the compiled callable runs in eager Python. Only
+    """Tells `on_call(module, args, kwargs)` of each outermost call of a ``torch.compile``'d
+    module call or method (not of calls made while Dynamo traces): a forward run inside compiled code has no
+    module hook to delimit it, but the call of the compiled callable runs in eager Python. Only
     callables that ``torch.compile`` makes while installed are seen (``OptimizeContext.__call__``
     makes the wrapper that sets Dynamo's frame callback; ``torch.compile(module)`` makes one
-    for the module's call)."""
+    for the module's call), and only those of a module (``model.forward``, generate's compiled
+    ``self.__call__``, ``model.compile()``): a compiled function of one's own (a helper, a
+    compiled ``flex_attention``) is not a model's forward."""
 
     def __init__(self, on_call):
         self._on_call = on_call
@@ -854,14 +856,21 @@ class CompiledCallTap:
         @functools.wraps(orig)
         def __call__(ctx, fn):
             compiled = orig(ctx, fn)
-            return tap._wrap(compiled) if isinstance(compiled, types.FunctionType) else compiled
+            # a bound method of a module, or the frame torch.compile(module) wraps around a module
+            # whose forward Dynamo would skip (``external_utils.wrap_inline``)
+            owner = getattr(fn, "__self__", None)
+            owner = getattr(fn, "__wrapped__", None) if owner is None else owner
+            if isinstance(owner, torch.nn.Module) and isinstance(compiled, types.FunctionType):
+                return tap._wrap(compiled, owner)
+            return compiled
 
         OptimizeContext.__call__ = __call__
 
-    def _wrap(self, compiled):
+    def _wrap(self, compiled, module):
         import functools
+        import weakref
 
-        depth = self._depth
+        depth, module = self._depth, weakref.ref(module)
 
         @functools.wraps(compiled)  # keeps Dynamo's attributes (_torchdynamo_orig_callable, ...)
         def call(*args, **kwargs):
@@ -869,7 +878,7 @@ class CompiledCallTap:
                 return compiled(*args, **kwargs)
             d = getattr(depth, "n", 0)
             if d == 0:
-                self._on_call(args, kwargs)
+                self._on_call(module(), args, kwargs)
             depth.n = d + 1
             try:
                 return compiled(*args, **kwargs)

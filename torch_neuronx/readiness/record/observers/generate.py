@@ -16,7 +16,8 @@ class GenerateTap:
     ``generate`` ends in it too) calls `on_generate(True)` at its start, which says whether to hook
     the model: the model then has forward hooks `pre` and `post` (as ``register_forward_pre_hook``
     and ``register_forward_hook(with_kwargs=True, always_call=True)`` take them) for the duration
-    of that call only; `on_generate(False)` at its end.
+    of that call only; `on_generate(False)` at its end. `hook_late()` hooks the model of the
+    innermost call in progress that has none (the global hooks that saw its forwards are gone).
 
     Global hooks are read by every module call, code compiled before included; these are read by
     this model's calls only, during this call, and removed they leave its hook dictionaries as they
@@ -27,6 +28,7 @@ class GenerateTap:
         self._pre, self._post, self._on_generate = pre, post, on_generate
         self._armed = False
         self._orig = None  # (GenerationMixin, the generate it had)
+        self._calls: list = []  # the generate calls in progress: [model, its hooks' handles]
 
     def install(self) -> None:
         self._armed = True
@@ -47,16 +49,27 @@ class GenerateTap:
 
         @functools.wraps(orig)
         def generate(model, *args, **kwargs):
-            handles = self._hook(model) if self._on_generate(True) else ()
+            call = [model, ()]
+            self._calls.append(call)
+            call[1] = self._hook(model) if self._on_generate(True) else ()
             try:
                 return orig(model, *args, **kwargs)
             finally:
-                for h in handles:
+                self._calls.remove(call)
+                for h in call[1]:
                     h.remove()
                 self._on_generate(False)
 
         mixin.generate = generate
         self._orig = (mixin, orig)
+
+    def hook_late(self) -> bool:
+        """Hook the model of the innermost generate in progress, if it has no hooks yet: whether it did."""
+        if not self._calls or self._calls[-1][1]:
+            return False
+        call = self._calls[-1]
+        call[1] = self._hook(call[0])
+        return bool(call[1])
 
     def _hook(self, model) -> tuple:
         if not isinstance(model, torch.nn.Module):

@@ -20,14 +20,16 @@ class Phases:
     before it and one token per sequence (``input_ids`` / ``inputs_embeds`` / its first tensor
     argument of shape ``(batch, 1, ...)``), as ``generate`` calls it; any other is a prefill.
     Forwards run inside torch.compile are not seen by module hooks (and the global hooks are
-    removed when a compile starts: Dynamo would trace them): each outermost call of a
-    ``torch.compile``'d callable made during the recording (``generate``'s compiled decode step, a
+    removed when a compile starts: Dynamo would trace them): each outermost call of a module's
+    call or method ``torch.compile``'d during the recording (``generate``'s compiled decode step, a
     compiled model) starts a forward instead, classified by the same rule from the call's
-    arguments, with the compiled graphs it runs costed whole.
+    arguments, with the compiled graphs it runs costed whole. A compiled submodule's call inside an
+    eager forward is part of that forward, and a compiled function of one's own is no forward.
 
     Without global hooks (something was compiled before the recording, or a compile started in
     it), transformers' ``generate`` still delimits its forwards: the model it runs has hooks of
-    its own for the duration of the call (``GenerateTap``). Other eager forwards are then not
+    its own for the duration of the call (``GenerateTap``; from the compile on, when a compile
+    starts inside one of its forwards that the global hooks saw). Other eager forwards are then not
     delimited: they count with the forward before them. A compiled graph run outside any forward
     of a generation in progress (a callable compiled before the recording, in a loop of one's
     own) is noted, and the phases are then not estimated.
@@ -38,6 +40,7 @@ class Phases:
         self.forwards: list = []
         self._cur = None
         self._depth = 0
+        self._top = None  # the module whose forward is in progress (at depth 1)
         self._off = False
         self._prev_cache = None
         self._handles = ()
@@ -66,10 +69,21 @@ class Phases:
         )
 
     def _on_compile(self, _args=None) -> None:
-        # Inside a call of a callable compiled during the recording, that call is the forward;
-        # inside a generate whose model has hooks of its own, they go on delimiting its forwards.
-        inside = (self._tap is not None and self._tap.active()) or any(self._generates)
-        self.compiled_outside = self.compiled_outside or not inside
+        # Inside an eager forward (a compiled submodule or function it calls), the compile is part
+        # of that forward; inside a call of a module compiled during the recording, that call is
+        # the forward; inside a generate whose model has hooks of its own, they go on delimiting
+        # its forwards. Elsewhere in a generation, its eager forwards from now on are not delimited.
+        inside = self._depth > 0 or (self._tap is not None and self._tap.active()) or any(self._generates)
+        self.compiled_outside = self.compiled_outside or (not inside and bool(self.forwards) and not self._between)
+        if self._handles:
+            # The global hooks go, and with them the post hooks of the forward in progress: a
+            # generate's model gets hooks of its own, whose post hook ends it; any other forward
+            # ends with the next one.
+            if self._depth and self._generates and self._generate.hook_late():
+                self._generates[-1] = True
+                self._depth = 1
+            else:
+                self._depth, self._top = 0, None
         self._unhook(keep_forward=inside)
 
     def _unhook(self, keep_forward: bool = False) -> None:
@@ -119,12 +133,18 @@ class Phases:
             self._between = True
         return False
 
-    def _compiled_call(self, args, kwargs) -> None:
-        """A torch.compile'd callable is called: a forward whose module hooks run compiled."""
+    def _compiled_call(self, module, args, kwargs) -> None:
+        """A torch.compile'd module call is made: a forward whose module hooks run compiled. One
+        made inside an eager forward of another module (a compiled submodule) is part of that
+        forward; the compiled call of the module whose forward hook just ran is that forward."""
         if self._off:
             return
-        self.forwards.append(Bucket())
-        self._switch(self.forwards[-1])
+        top = self._top
+        if self._depth and module is not top and getattr(top, "_orig_mod", None) is not module:
+            return
+        if not self._depth or self._cur is None:
+            self.forwards.append(Bucket())
+            self._switch(self.forwards[-1])
         self._cur.phase, self._cur.tokens = self._classify(args, kwargs)
 
     def _inside_compiled_call(self) -> bool:
@@ -135,6 +155,8 @@ class Phases:
         if self._inside_compiled_call():
             return
         self._depth += 1
+        if self._depth == 1:
+            self._top = module
         if self._depth == 1 and not self._off:
             self.forwards.append(Bucket())
             self._switch(self.forwards[-1])
@@ -146,8 +168,10 @@ class Phases:
         if self._inside_compiled_call():
             return
         self._depth = max(self._depth - 1, 0)
-        if self._depth == 0 and self._cur is not None and self._cur.phase is None:
-            self._cur.phase, self._cur.tokens = self._classify(args, kwargs)
+        if self._depth == 0:
+            self._top = None
+            if self._cur is not None and self._cur.phase is None:
+                self._cur.phase, self._cur.tokens = self._classify(args, kwargs)
 
     def _classify(self, args, kwargs) -> tuple:
         cache, tokens = kwargs.get("past_key_values"), _tokens(args, kwargs)
