@@ -151,6 +151,9 @@ def _row(figure: str, phase: str, aws_ms: float, raw=None, compiled: bool = Fals
     return {
         "figure": figure,
         "configuration": CONFIGURATION[:-1] + (COMPILED + ")" if compiled else ")"),
+        "kind": phase,
+        "chip": "trn2",
+        "tp": TP,
         "aws": aws_ms,
         "estimate": round(ms, 1),
         "unit": "ms",

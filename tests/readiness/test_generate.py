@@ -14,9 +14,7 @@ import torch
 import torch_neuronx
 from helpers import tiny_llama, worker_env
 from torch_neuronx.readiness import Recording
-from torch_neuronx.readiness.estimate import collective_time as _collective_time
 from torch_neuronx.readiness.estimate import known_error as _known_error
-from torch_neuronx.readiness.estimate import time_model
 from torch_neuronx.readiness.record import measure as _cost
 
 REPO = Path(__file__).parents[2]
@@ -225,21 +223,6 @@ def test_a_static_cache_update_moves_only_the_rows_it_writes():
     assert _cost.moved_bytes("aten::embedding", [table, ids], [rows]) == ids.nbytes + 2 * rows.nbytes
     out = torch.cat([cache, new], dim=2)  # a dynamic cache's cat reads and writes it all
     assert _cost.moved_bytes("aten::cat", [cache, new], [out]) == cache.nbytes + new.nbytes + out.nbytes
-
-
-def test_collectives_inside_a_trn2_instance_take_the_runtimes_algorithm_latency():
-    fig = time_model.core_figures("trn2", 2, "trn2.48xlarge")
-    hop = _collective_time.INTRANODE_HOP_LATENCY_S
-    # Mesh below 1 MB: reduce-scatter + all-gather, 2 hops each
-    assert _collective_time.collective_time(fig, "allreduce", 32 << 10, 64)[1] == pytest.approx(4 * hop)
-    # RDH to 56 MB: 1 intra-chip + log2(16 chips) hops each way
-    assert _collective_time.collective_time(fig, "allreduce", 8 << 20, 64)[1] == pytest.approx(10 * hop)
-    # KangaRing above: half of a 64-rank ring's 2 x 63 hops
-    assert _collective_time.collective_time(fig, "allreduce", 300 << 20, 64)[1] == pytest.approx(62 * hop)
-    # beyond one instance, and on trn1 (the page does not describe it), the ring of 10 us steps stays
-    assert _collective_time.collective_time(fig, "allreduce", 32 << 10, 128)[1] == pytest.approx(254 * 10e-6)
-    no_instance = time_model.core_figures("trn2", 2, None)
-    assert _collective_time.collective_time(no_instance, "allreduce", 32 << 10, 64)[1] == pytest.approx(126 * 10e-6)
 
 
 @pytest.mark.multiprocess

@@ -141,14 +141,17 @@ def test_fits_against_the_instance_capacity():
 
 
 # -- the time model -----------------------------------------------------------
-def test_large_bf16_matmul_is_within_10pc_of_flops_over_peak():
+def test_large_bf16_matmul_is_within_10pc_of_flops_over_the_measured_rate():
+    # the Tensor Engine at the efficiency AWS's tutorial matmul measured (6.97 ms on trn1)
+    from torch_neuronx.readiness.estimate.time_model import TENSOR_ENGINE_EFFICIENCY
+
     n = 2048
     a = torch.randn(n, n, device="neuron", dtype=torch.bfloat16)
     with torch_neuronx.readiness() as r:
         a @ a
     for est in r.report.data["estimates"]:
         peak = hw.CHIPS[est["chip"]].tensor_flops["bfloat16"] * est["lnc"]
-        ideal = 2 * n**3 / peak
+        ideal = 2 * n**3 / (peak * TENSOR_ENGINE_EFFICIENCY)
         assert _op(est, "aten::mm")["seconds"] == pytest.approx(ideal, rel=0.10)
         assert est["dominant"] == "compute"
 
@@ -175,27 +178,8 @@ def test_small_ops_are_dominated_by_fixed_costs():
     assert parts["fixed"] == pytest.approx(3 * hw.CHIPS["trn2"].dma_fixed_s) and t > 10 * parts["memory"]
 
 
-def test_ring_all_reduce_takes_two_ring_steps_per_peer_and_its_bytes_over_the_link():
-    fig = time_model.core_figures("trn2", 2)  # no instance: the plain ring
-    step = _collective_time.RING_STEP_LATENCY_S
-    for n in (2, 16):  # a reduce-scatter and an all-gather: n - 1 steps each
-        assert _collective_time.collective_time(fig, "allreduce", 1024, n)[1] == pytest.approx(2 * (n - 1) * step)
-    assert _collective_time.collective_time(fig, "all_gather_into_tensor", 1024, 16)[1] == pytest.approx(15 * step)
-    t, lat, bw = _collective_time.collective_time(fig, "allreduce", 1 << 30, 2)
-    assert bw == pytest.approx((1 << 30) / fig["link_bytes_per_s"]) and t == pytest.approx(lat + bw)
-
-
-def test_collectives_without_a_ring_have_their_own_formula_and_unknown_ones_are_listed():
-    fig = time_model.core_figures("trn2", 2)  # no instance: the plain ring
-    step, link, nbytes = _collective_time.RING_STEP_LATENCY_S, fig["link_bytes_per_s"], 8 << 20
-    # broadcast: a pipelined chain, the whole buffer once over one link, n - 1 steps of latency
-    assert _collective_time.collective_time(fig, "broadcast", nbytes, 8)[1:] == pytest.approx((7 * step, nbytes / link))
-    # send: one step, the buffer once (not n - 1 ring steps of the group)
-    assert _collective_time.collective_time(fig, "send", nbytes, 8)[1:] == pytest.approx((step, nbytes / link))
-    # gather: the root's link carries the other ranks' shares
-    assert _collective_time.collective_time(fig, "gather", nbytes, 8)[2] == pytest.approx(7 / 8 * nbytes / link)
-    # a barrier moves nothing: an all-reduce's latency
-    assert _collective_time.collective_time(fig, "barrier", 4, 8)[1:] == pytest.approx((14 * step, 0.0))
+def test_collectives_unknown_to_the_model_are_listed_as_approximated():
+    nbytes = 8 << 20
     assert not _collective_time.is_approximated("broadcast")
     rec = Recording(buckets=[Bucket(), Bucket()])
     for b in rec.buckets:  # listed once however often it ran
@@ -433,10 +417,10 @@ def test_check_cli_torchrun_two_ranks_ddp_collectives(tmp_path):
     (c,) = [c for c in data["collectives"] if c["kind"] == "allreduce"]
     assert (c["dtype"], c["bytes"], c["group_size"], c["calls_per_step"]) == ("float32", 4096, 2, 1)
     assert all(c["kind"] == "broadcast" and c["dtype"] == "int32" for c in data["collectives"][1:])
-    # the median step: one all-reduce of 4 KiB inside the instance, the runtime's Mesh algorithm:
-    # a reduce-scatter and an all-gather of 2 hops each
+    # the median step: one all-reduce of 4 KiB inside a trn2 instance, whose latency is the floor
+    # AWS measured for it (nccom-test, SDK 2.32: 101.14 us)
     est = data["estimates"][0]
-    assert est["terms"]["collective latency"] == pytest.approx(4 * _collective_time.INTRANODE_HOP_LATENCY_S)
+    assert est["terms"]["collective latency"] == pytest.approx(101.14e-6)
     # both ranks' peaks are kept; ranks identical in every memory figure share a row of the tables
     assert [(m["rank"], m["core"]) for m in data["memory_per_rank"]] == [(0, 0), (1, 1)]
     labels = {m["label"] for m in data["memory"]}

@@ -7,6 +7,7 @@ from neuronsim import hardware as hw
 from neuronsim import tensor_engine as _te
 
 from . import collective_time as _collective_time
+from . import time_model as _time_model
 
 # The tile shapes are the same on every Trainium generation (tests/readiness/test_tiles.py).
 TILES = hw.CHIPS["trn2"]
@@ -21,11 +22,17 @@ ASSUMPTIONS = (
     f"{TILES.gemm_stationary_fmax} columns, the moving one streamed in tiles of up to "
     f"{TILES.gemm_moving_fmax} columns at one column per cycle and at least {_te.MM_INIT_LATENCY} "
     "cycles per instruction (NKI architecture guides), a partial tile costing a full one, the "
-    "cheaper of the two layouts (convolutions: at their FLOPs); other ops at the Vector Engine "
-    "rate, one operation per element read or written.",
+    "cheaper of the two layouts (convolutions: at their FLOPs), at "
+    f"{_time_model.TENSOR_ENGINE_EFFICIENCY:.1%} of that rate: what AWS measured its best NKI matmul to reach "
+    "(BF16 [4096, 8192] @ [8192, 8192] in 6.97 ms on one trn1 NeuronCore, the NKI matmul tutorial), against "
+    "this rule's time for it; the only such measurement, applied to every chip. Other ops at the Vector "
+    "Engine rate, one operation per element read or written.",
     "memory: every input is read and every output written once from HBM, at the core's share of "
-    "the chip's HBM bandwidth or its DMA engines' peak, whichever is lower; eager ops are not "
-    "fused and reuse nothing across ops.",
+    "the chip's HBM bandwidth or its DMA engines' sustained rate, whichever is lower, times the "
+    "throughput AWS measured for a transfer of that many bytes per partition over 128 partitions "
+    "(relative to a saturating one: 10% at 256 B per partition, 81% at 2 KiB, 97% at 4 KiB; "
+    "'Introduction to DMA with NKI'), each operand taken as the op's mean; eager ops are not fused "
+    "and reuse nothing across ops.",
     "torch.compile: each run of a compiled graph is timed whole from the ATen graph Inductor "
     "compiled (the ATen ops its generated code calls are not counted again): its matmul-like "
     "nodes as the ops above; all its other nodes as one fused kernel that keeps intermediates "
@@ -55,7 +62,10 @@ ASSUMPTIONS = (
     "DDP's gradient buckets, or issued on another stream, as FSDP2's all-gathers and "
     "reduce-scatters) run while the step's compute does, and only what exceeds that compute adds. "
     "Contention between collectives and compute for the DMA engines, which AWS describes without a "
-    "figure, is not modelled: with asynchronous collectives the estimate is a lower bound.",
+    "figure (round-robin between rings at packet boundaries, 4 KiB compute packets against 64 KiB "
+    "collective ones), is not modelled: with asynchronous collectives the estimate is a lower bound, "
+    "and the step with none of them overlapped (their whole time added) the upper bound the report "
+    "prints beside it.",
     "generation (no optimizer step): each top-level forward (or call of a callable torch.compile "
     "made during the recording, its graphs timed whole) and the ops up to the next one are "
     "timed as above; a prefill is a forward without the previous one's KV cache, a decode step "

@@ -21,8 +21,9 @@ class TimeModel:
         """One call of an :class:`OpCall` or a :class:`GraphPart`."""
         return call_time(self.figures, call, self.fp32_precision)[0]
 
-    def collective_seconds(self, kind: str, nbytes: int, group_size: int, across_instances: bool = False) -> float:
-        return collective_time(self.figures, kind, nbytes, group_size, across_instances)[0]
+    def collective_seconds(self, kind: str, nbytes: int, group_size: int, instances: int = 1) -> float:
+        """One collective over `group_size` ranks spread over `instances` instances."""
+        return collective_time(self.figures, kind, nbytes, group_size, instances)[0]
 
     @staticmethod
     def pipeline_seconds(stage_seconds: list, microbatches: int) -> float:

@@ -126,7 +126,7 @@ def _bucket_time(b, fig: dict, prec: str, graph_seconds: dict) -> _BucketTime:
     compute += sum(graph_seconds[g] * n for g, n in b.graphs.items())
     waited = overlappable = 0.0
     for c, n in b.collectives.items():
-        t = collective_time(fig, c.kind, c.bytes, c.group_size, c.instances > 1)[0] * n
+        t = collective_time(fig, c.kind, c.bytes, c.group_size, c.instances)[0] * n
         if c.asynchronous:
             overlappable += t
         else:
@@ -199,7 +199,7 @@ def _pipeline_step(rec, step, step_seconds: float, fig: dict, prec: str, stages:
     graph_seconds = _graph_seconds(rec.graph_parts, fig, prec)
     actions = sum(_bucket_time(b, fig, prec, graph_seconds).seconds for b in p.actions.values())  # one step's
     p2p = [(c, n) for c, n in step.collectives.items() if _is_point_to_point(c.kind)]
-    times = [(collective_time(fig, c.kind, c.bytes, c.group_size, c.instances > 1)[0], n) for c, n in p2p]
+    times = [(collective_time(fig, c.kind, c.bytes, c.group_size, c.instances)[0], n) for c, n in p2p]
     path = _pipeline.critical_path(p.order, stages, max((t for t, _ in times), default=0.0))
     outside = max(step_seconds - actions - sum(t * n for t, n in times), 0.0)
     return outside + path, path - _pipeline.busiest_rank(p.order, stages)
@@ -289,7 +289,7 @@ def _breakdown(scope: list, parts: dict, fig: dict, prec: str) -> tuple:
             if c.kind == "tensor":
                 tensor_flops[c.dtype] = tensor_flops.get(c.dtype, 0) + c.flops * n
         for c, n in b.collectives.items():
-            t, lat, bw = collective_time(fig, c.kind, c.bytes, c.group_size, c.instances > 1)
+            t, lat, bw = collective_time(fig, c.kind, c.bytes, c.group_size, c.instances)
             terms["collective latency"] += lat * n
             terms["collective bandwidth"] += bw * n
             name = f"c10d::{c.kind}"

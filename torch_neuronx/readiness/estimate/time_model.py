@@ -13,12 +13,29 @@ from __future__ import annotations
 import functools
 
 from neuronsim import hardware as hw
+from neuronsim import measured as _measured
 from neuronsim import neuroncore as _core
 from neuronsim import tensor_engine as _te
 
 from . import collective_time as _collective_time
 
 _RAMP_AVG = (1 + hw.TENSOR_ENGINE_RAMP_START) / 2
+
+
+def _tensor_engine_efficiency() -> float:
+    """What the Tensor Engine achieves of what this model's tile rule gives at peak: AWS's
+    measured best matmul (neuronsim.measured), timed by the rule, over its measured time. The
+    only published measurement (trn1); applied to every chip (AWS publishes none for the others)."""
+    m = _measured.TENSOR_ENGINE_MATMUL
+    chip = hw.CHIPS[m["chip"]]
+    flops = 2 * m["m"] * m["k"] * m["n"]
+    modelled = (
+        flops * _te.occupancy(chip, ((m["m"], m["k"], m["n"], 1),)) / chip.per_core(1)["tensor_flops"][m["dtype"]]
+    )
+    return modelled / m["seconds"]
+
+
+TENSOR_ENGINE_EFFICIENCY = _tensor_engine_efficiency()
 
 
 _FIGURE_NAMES = {
@@ -110,10 +127,12 @@ def op_time(
     that of the FLOPs its tiles occupy the array for (`tile_flops`, when known)."""
     if kind == "view":
         return 0.0, {"fixed": 0.0, "compute": 0.0, "memory": 0.0}
-    memory = nbytes / fig["memory_bytes_per_s"]
+    # each operand one transfer over the partitions, its efficiency by its size (the mean operand's)
+    memory = nbytes / (fig["memory_bytes_per_s"] * _core.dma_efficiency(nbytes / max(operands, 1)))
     fixed = _core.dma_fixed_seconds(fig["dma_fixed_s"], operands)  # one launch's transfers, in turn
     if kind == "tensor":
-        compute = (tile_flops or flops) / tensor_rate(fig, dtype, fp32_precision)
+        rate = tensor_rate(fig, dtype, fp32_precision) * TENSOR_ENGINE_EFFICIENCY
+        compute = (tile_flops or flops) / rate
         # The engine ramps from 50% speed: the first RAMP_S do RAMP_S * avg of the work.
         ramp_work = hw.TENSOR_ENGINE_RAMP_S * _RAMP_AVG
         fixed += min(compute, ramp_work) * (1 / _RAMP_AVG - 1)

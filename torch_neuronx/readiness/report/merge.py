@@ -172,7 +172,14 @@ def collectives(raws) -> list:
     for b in buckets:
         total.update(b.collectives)
     return [
-        {"kind": c.kind, "dtype": c.dtype, "bytes": c.bytes, "group_size": c.group_size, "calls_per_step": k / n}
+        {
+            "kind": c.kind,
+            "dtype": c.dtype,
+            "bytes": c.bytes,
+            "group_size": c.group_size,
+            "calls_per_step": k / n,
+            "asynchronous": c.asynchronous,
+        }
         for c, k in sorted(total.items(), key=lambda kv: -kv[0].bytes * kv[1])
     ]
 

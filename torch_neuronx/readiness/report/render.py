@@ -358,8 +358,8 @@ def _estimates(d) -> list:
             "under compute: the part of the asynchronous collectives' time that runs while the compute "
             "engines work, and so is not in the step's time."
             + "".join(
-                f" Known error of {_known_error.band(k)}"
-                + (f": {_known_error.rows_text(k)}." if k != "whole run" else ".")
+                f" Known error of {_known_error.band(k, _tensor_parallel(d))}"
+                + (f": {_known_error.rows_text(k, _tensor_parallel(d))}." if k != "whole run" else ".")
                 for k in (_kinds(ests) if ests else [])
             ),
             ["instance", "chip", "LNC", "time", "MFU"] + list(SHARES) + ["collectives under compute", "dominated by"],
@@ -420,10 +420,17 @@ def _kinds(ests: list) -> list:
     return kinds + [k for k in ("prefill", "decode") if phases.get(k)]
 
 
+def _tensor_parallel(d) -> int:
+    """The run's tensor-parallel degree as the known-error table splits training by it: the largest
+    group whose collectives a step waits for (tensor and sequence parallelism wait; data
+    parallelism's gradient collectives are asynchronous), 1 without one."""
+    return max((c["group_size"] for c in d["collectives"] if not c.get("asynchronous")), default=1)
+
+
 def known_errors(d) -> list:
     """One line per kind of run estimated: how far such estimates have been from AWS's figures."""
     ests = [e for e in d["estimates"] if not e["missing"]]
-    return [_known_error.band(k) for k in _kinds(ests)] if ests else []
+    return [_known_error.band(k, _tensor_parallel(d)) for k in _kinds(ests)] if ests else []
 
 
 def _fmt_mfu(e) -> str:
@@ -442,7 +449,12 @@ def est_line(e) -> str:
     shares = ", ".join(f"{k} {v:.0%}" for k, v in sorted(e["shares"].items(), key=lambda kv: -kv[1]))
     mfu = "MFU -" if e["mfu"] is None else f"MFU {e['mfu']:.1%}"
     hidden = e.get("hidden_seconds") or 0.0
-    overlap = f"; {fmt_s(hidden)} of asynchronous collectives run under compute" if hidden else ""
+    overlap = (
+        f"; {fmt_s(hidden)} of asynchronous collectives run under compute (their contention with it for the "
+        f"DMA engines is not modelled: at most {fmt_s(e['step_seconds'] + hidden)} {unit} if none overlapped)"
+        if hidden
+        else ""
+    )
     return f"{fmt_s(e['step_seconds'])} {unit}, {mfu}; {shares}{overlap}"
 
 
