@@ -1,5 +1,5 @@
 """The readiness package's shape: five wings that import only what their docstrings allow, private
-PyTorch only in ``_torch_private.py``, few modules at the top, no class over 150 lines."""
+PyTorch only in ``_torch_private.py``, few modules at the top, no class over 150 lines and no function over 60."""
 
 import ast
 from pathlib import Path
@@ -19,6 +19,7 @@ ALLOWED = {
 }
 TOP_MODULES = {"__init__.py", "_torch_private.py"}
 MAX_CLASS_LINES = 150
+MAX_FUNCTION_LINES = 60
 # Private-looking attributes that are not PyTorch's: namedtuple's API, argparse's list of a
 # parser's actions (torchrun's parser, read to rebuild its flags).
 NOT_TORCH = {"_make", "_asdict", "_fields", "_replace", "_actions"}
@@ -148,3 +149,13 @@ def test_no_class_is_longer_than_the_limit():
             if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES:
                 long[f"{path.relative_to(ROOT)}:{node.name}"] = node.end_lineno - node.lineno + 1
     assert long == {}, f"split these classes (at most {MAX_CLASS_LINES} lines each), one concern each"
+
+
+def test_no_function_is_longer_than_the_limit():
+    long = {}
+    for path in sorted(READINESS.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            lines = getattr(node, "end_lineno", 0) - getattr(node, "lineno", 0) + 1
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and lines > MAX_FUNCTION_LINES:
+                long[f"{path.relative_to(ROOT)}:{node.name}"] = lines
+    assert long == {}, f"split these functions (at most {MAX_FUNCTION_LINES} lines each)"

@@ -98,6 +98,12 @@ def _device_and_dtype(ins: list, outs: list) -> tuple:
     return core, dtype_name(dtype)
 
 
+def _not_the_run(t, ignores_fake_tensors: bool) -> bool:
+    """DTensor and the like (their local tensors' ops are the ones that run), and in a real run
+    fake tensors (a compiler tracing shapes, not the run)."""
+    return _torch_private.is_wrapper(t) or (ignores_fake_tensors and isinstance(t, _torch_private.FakeTensor))
+
+
 class Recorder:
     """Records one process's run with an executor (real or dry); ``start()``, ``stop()``, then
     ``recording()``."""
@@ -159,11 +165,7 @@ class Recorder:
         self.error = "\n".join([f"{type(exc).__name__}: {exc}"] + getattr(exc, "__notes__", []))
 
     def _not_the_run(self, t) -> bool:
-        """DTensor and the like (their local tensors' ops are the ones that run), and in a real run
-        fake tensors (a compiler tracing shapes, not the run)."""
-        return _torch_private.is_wrapper(t) or (
-            self.executor.ignores_fake_tensors and isinstance(t, _torch_private.FakeTensor)
-        )
+        return _not_the_run(t, self.executor.ignores_fake_tensors)
 
     def on_op(self, func, args, kwargs, out, early_fallback) -> None:
         """One op call; `early_fallback` is the reason a real run's op fell back, if it did."""

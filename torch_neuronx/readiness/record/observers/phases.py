@@ -1,4 +1,27 @@
-"""The phases of a generation: top-level forwards while no optimizer step has run."""
+"""The phases of a generation.
+
+Top-level ``nn.Module`` forwards while no optimizer step has run: the phases of
+inference. Each bucket runs from the start of one top-level forward to the start of the
+next, or the end of its ``generate`` (a token's sampling counts with the forward that made it).
+
+A forward is a decode step when it gets the same ``past_key_values`` object as the forward
+before it and one token per sequence (``input_ids`` / ``inputs_embeds`` / its first tensor
+argument of shape ``(batch, 1, ...)``), as ``generate`` calls it; any other is a prefill.
+Forwards run inside torch.compile are not seen by module hooks (and the global hooks are
+removed when a compile starts: Dynamo would trace them): each outermost call of a module's
+call or method ``torch.compile``'d during the recording (``generate``'s compiled decode step, a
+compiled model) starts a forward instead, classified by the same rule from the call's
+arguments, with the compiled graphs it runs costed whole. A compiled submodule's call inside an
+eager forward is part of that forward, and a compiled function of one's own is no forward.
+
+Without global hooks (something was compiled before the recording, or a compile started in
+it), transformers' ``generate`` still delimits its forwards: the model it runs has hooks of
+its own for the duration of the call (``GenerateTap``; from the compile on, when a compile
+starts inside one of its forwards that the global hooks saw). Other eager forwards are then not
+delimited: they count with the forward before them. A compiled graph run outside any forward
+of a generation in progress (a callable compiled before the recording, in a loop of one's
+own) is noted, and the phases are then not estimated.
+"""
 
 from __future__ import annotations
 
@@ -12,28 +35,7 @@ from .generate import GenerateTap
 
 
 class Phases:
-    """Top-level ``nn.Module`` forwards while no optimizer step has run: the phases of
-    inference. Each bucket runs from the start of one top-level forward to the start of the
-    next, or the end of its ``generate`` (a token's sampling counts with the forward that made it).
-
-    A forward is a decode step when it gets the same ``past_key_values`` object as the forward
-    before it and one token per sequence (``input_ids`` / ``inputs_embeds`` / its first tensor
-    argument of shape ``(batch, 1, ...)``), as ``generate`` calls it; any other is a prefill.
-    Forwards run inside torch.compile are not seen by module hooks (and the global hooks are
-    removed when a compile starts: Dynamo would trace them): each outermost call of a module's
-    call or method ``torch.compile``'d during the recording (``generate``'s compiled decode step, a
-    compiled model) starts a forward instead, classified by the same rule from the call's
-    arguments, with the compiled graphs it runs costed whole. A compiled submodule's call inside an
-    eager forward is part of that forward, and a compiled function of one's own is no forward.
-
-    Without global hooks (something was compiled before the recording, or a compile started in
-    it), transformers' ``generate`` still delimits its forwards: the model it runs has hooks of
-    its own for the duration of the call (``GenerateTap``; from the compile on, when a compile
-    starts inside one of its forwards that the global hooks saw). Other eager forwards are then not
-    delimited: they count with the forward before them. A compiled graph run outside any forward
-    of a generation in progress (a callable compiled before the recording, in a loop of one's
-    own) is noted, and the phases are then not estimated.
-    """
+    """The phases of a generation, as the module docstring describes them."""
 
     def __init__(self, spans):
         self.spans = spans
