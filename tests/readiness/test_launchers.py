@@ -62,6 +62,28 @@ def test_accelerate_launch_becomes_the_torchrun_job_and_environment_accelerate_w
     assert cmd == [sys.executable, "-m", "pkg.train"] and env["ACCELERATE_MIXED_PRECISION"] == "no"
 
 
+@pytest.mark.parametrize("machine_rank", ["0", "1"])
+def test_accelerate_launch_on_several_machines_stands_for_the_whole_job(machine_rank):
+    # accelerate's --num_processes counts every machine's processes; torchrun gets them per node.
+    # Whichever machine's command is checked, the job is all of them, as torchrun's --nnodes is.
+    from torch_neuronx.readiness.launch.launchers import read
+
+    argv = ["--multi_gpu", "--num_machines", "2", "--machine_rank", machine_rank, "--num_processes", "8"]
+    argv += ["--main_process_ip", "10.0.0.1", "--main_process_port", "29555", "train.py"]
+    command, _ = read(["accelerate", "launch", *argv])
+    assert command.torchrun and (command.nnodes, command.nproc_per_node) == (2, "4")
+    assert command.target == ["train.py"]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_dry_run_of_an_accelerate_launch_on_two_machines_answers_for_every_rank(tmp_path):
+    argv = ["--multi_gpu", "--num_machines", "2", "--machine_rank", "1", "--num_processes", "4"]
+    argv += ["--main_process_ip", "127.0.0.1", "--main_process_port", "29561", str(SCRIPT)]
+    report = _report(tmp_path, "dry", "accelerate", "launch", *argv)
+    assert report["world_size"] == 4, report.get("world_size")
+
+
 @pytest.mark.parametrize(
     "cmd, says",
     [
