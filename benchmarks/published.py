@@ -1,7 +1,7 @@
-"""The readiness time estimate against AWS's published Trainium training figures.
+"""The readiness time estimate against AWS's published Trainium training and inference figures.
 
     python benchmarks/published.py                   # record every configuration, print the table
-    python benchmarks/published.py --rows bert       # one row (bert, llama70b, llama_405b_ttft, llama_405b_tpot)
+    python benchmarks/published.py --rows bert       # one row (bert, bert2, llama70b, llama_405b_ttft, ...: --help)
     python benchmarks/published.py --save DIR        # also write each recording as JSON
 
 Each row reproduces one published configuration at its real size and runs it through the
@@ -20,7 +20,8 @@ neuronsim/hardware.py); nothing here is fitted to the published figure. A row is
 Sources: AWS Neuron documentation, "Hugging Face BERT Pretraining Tutorial (Data-Parallel)"
 (phase 1: BertForPreTraining, vocabulary 30522, micro-batch 16, sequence 128, 32 gradient
 accumulation micro-steps, gradients all-reduced once before the optimizer step, AdamW, BF16
-autocast) and NeuronX Distributed's Llama-3.1-70B pre-training script
+autocast; phase 2: 16 nodes, micro-batch 2, sequence 512, LAMB, 512 MiB all-reduce buckets) and
+NeuronX Distributed's Llama-3.1-70B pre-training script
 (examples/training/llama/tp_pp_llama_hf_pretrain/run_llama3_70B_tp_pp.sh: TP=32 with sequence
 parallelism, PP=8, 32 nodes so DP=4, sequence 8192, global batch 1024 split into 256
 micro-batches of one sequence per replica, ZeRO-1, selective checkpointing, flash attention,
@@ -75,44 +76,55 @@ def record_bert() -> list:
     micro-batch step from."""
     import torch
     import torch.distributed as dist
-    from transformers import BertConfig, BertForPreTraining
 
     import torch_neuronx
-    from torch_neuronx.readiness import region
 
     c = BERT
     with torch_neuronx.readiness(dry_run=True, instance="trn1.32xlarge") as r:
         dist.init_process_group("neuron", rank=0, world_size=c["ranks"], store=dist.HashStore())
-        cfg = BertConfig(
-            vocab_size=c["vocab"],
-            hidden_size=1024,
-            num_hidden_layers=24,
-            num_attention_heads=16,
-            intermediate_size=4096,
-        )
-        model = BertForPreTraining(cfg).to("neuron")
-        opt = torch.optim.AdamW(model.parameters(), lr=4e-4)
-        # AWS's run is compiled whole by XLA and neuronx-cc: the forward and backward are
-        # compiled graphs here too, so the estimate gives them the compiled-graph fusion
-        step = torch.compile(model, backend="neuron")
-        for warm in (True, False):
-            for name in ("first micro-batch", "accumulating micro-batch"):
-                with region(name if not warm else "warm-up"):
-                    ids = torch.randint(0, c["vocab"], (c["micro_batch"], c["seq"]), device="neuron")
-                    nsp = torch.zeros(c["micro_batch"], dtype=torch.long, device="neuron")
-                    kwargs = dict(token_type_ids=torch.zeros_like(ids), attention_mask=torch.ones_like(ids))
-                    with torch.autocast("neuron", dtype=torch.bfloat16):
-                        out = step(input_ids=ids, labels=ids, next_sentence_label=nsp, **kwargs)
-                    (out.loss / c["accumulation"]).backward()
-            with region("all-reduce and optimizer step" if not warm else "warm-up"):
-                _all_reduce_buckets([p.grad for p in reversed(list(model.parameters())) if p.grad is not None])
-                opt.step()
-            opt.zero_grad()
+        _bert_steps(c, lambda model: torch.optim.AdamW(model.parameters(), lr=4e-4), BERT_BUCKET_BYTES)
         dist.destroy_process_group()
     return [r.recording.for_estimate()]
 
 
-def _all_reduce_buckets(grads: list) -> None:
+def _bert_steps(c: dict, make_optimizer, bucket_bytes: int) -> None:
+    """BERT-Large pre-training of configuration `c` on this rank, two optimizer steps of two
+    micro-batches each, the second's first micro-batch, accumulating micro-batch and all-reduce
+    with optimizer step each in a region (the first step compiles and builds the optimizer's state)."""
+    import torch
+    from transformers import BertConfig, BertForPreTraining
+
+    from torch_neuronx.readiness import region
+
+    cfg = BertConfig(
+        vocab_size=c["vocab"],
+        hidden_size=1024,
+        num_hidden_layers=24,
+        num_attention_heads=16,
+        intermediate_size=4096,
+    )
+    model = BertForPreTraining(cfg).to("neuron")
+    opt = make_optimizer(model)
+    # AWS's run is compiled whole by XLA and neuronx-cc: the forward and backward are
+    # compiled graphs here too, so the estimate gives them the compiled-graph fusion
+    step = torch.compile(model, backend="neuron")
+    for warm in (True, False):
+        for name in ("first micro-batch", "accumulating micro-batch"):
+            with region(name if not warm else "warm-up"):
+                ids = torch.randint(0, c["vocab"], (c["micro_batch"], c["seq"]), device="neuron")
+                nsp = torch.zeros(c["micro_batch"], dtype=torch.long, device="neuron")
+                kwargs = dict(token_type_ids=torch.zeros_like(ids), attention_mask=torch.ones_like(ids))
+                with torch.autocast("neuron", dtype=torch.bfloat16):
+                    out = step(input_ids=ids, labels=ids, next_sentence_label=nsp, **kwargs)
+                (out.loss / c["accumulation"]).backward()
+        with region("all-reduce and optimizer step" if not warm else "warm-up"):
+            grads = [p.grad for p in reversed(list(model.parameters())) if p.grad is not None]
+            _all_reduce_buckets(grads, bucket_bytes)
+            opt.step()
+        opt.zero_grad()
+
+
+def _all_reduce_buckets(grads: list, bucket_bytes: int = BERT_BUCKET_BYTES) -> None:
     """What AWS's tutorial does with gradients once per optimizer step, after the last
     micro-batch's backward (flatten into DDP-sized buckets, all-reduce each, copy back), so the
     recording has the all-reduce in a region of its own; a script wrapped in DDP instead
@@ -131,7 +143,7 @@ def _all_reduce_buckets(grads: list) -> None:
 
     for g in grads:
         bucket.append(g)
-        if sum(x.nbytes for x in bucket) >= BERT_BUCKET_BYTES:
+        if sum(x.nbytes for x in bucket) >= bucket_bytes:
             flush()
     if bucket:
         flush()
@@ -143,22 +155,97 @@ def _region(model, rec, name: str) -> tuple:
     return est.seconds, sum(est.tensor_flops.values())
 
 
-def bert_row(recs: list) -> dict:
-    """BERT-Large phase 1 row from its recording: the optimizer step is the first micro-batch,
-    31 accumulating ones like the recorded second, and the all-reduce with AdamW."""
+def _bert_step(recs: list, c: dict) -> tuple:
+    """(seconds, matmul FLOPs) of one rank's optimizer step of `c`: the first micro-batch, the
+    accumulating ones like the recorded second, and the all-reduce with the optimizer step."""
     from torch_neuronx.readiness import TimeModel
 
-    c = BERT
     rec = recs[0]
     model = TimeModel("trn1", 1, "trn1.32xlarge", rec.fp32_precision)
     regions = ("first micro-batch", "accumulating micro-batch", "all-reduce and optimizer step")
     (t1, f1), (t2, f2), (t3, f3) = (_region(model, rec, name) for name in regions)
     n = c["accumulation"]
-    seconds, flops = t1 + (n - 1) * t2 + t3, f1 + (n - 1) * f2 + f3
-    seqs = c["ranks"] * c["micro_batch"] * n
+    return t1 + (n - 1) * t2 + t3, f1 + (n - 1) * f2 + f3
+
+
+def bert_row(recs: list) -> dict:
+    """BERT-Large phase 1 row from its recording: the optimizer step is the first micro-batch,
+    31 accumulating ones like the recorded second, and the all-reduce with AdamW."""
+    c = BERT
+    seconds, flops = _bert_step(recs, c)
+    seqs = c["ranks"] * c["micro_batch"] * c["accumulation"]
     return _row(
         "BERT-Large phase-1 pre-training throughput",
         "trn1.32xlarge, DP=32, micro-batch 16 x 32 accumulation steps, seq 128, BF16 autocast, AdamW",
+        c["aws"],
+        seqs / seconds,
+        "seq/s",
+        flops * c["ranks"],
+        seqs / c["aws"],
+        c["ranks"],
+        1,
+    )
+
+
+# -- BERT-Large phase 2, DP=512 on 16 trn1.32xlarge ---------------------------------------
+# AWS's table: 16 nodes of 32 data-parallel ranks, micro-batch 2, sequence 512, global batch
+# 524,288 (512 accumulation micro-steps per rank), BF16 + stochastic rounding, LAMB.
+BERT2 = dict(ranks=512, per_instance=32, micro_batch=2, seq=512, accumulation=512, vocab=30522, aws=7507.0)
+BERT2_BUCKET_BYTES = 512 << 20  # BUCKET_CAP_MB=512, as AWS's multi-node phase-2 script sets it
+
+
+def record_bert2() -> list:
+    """Rank 0 of the 512 (data-parallel ranks do the same work), in a child process whose
+    simulator is a trn1.32xlarge: a dry run at full size as rank 0 of 512
+    (``readiness(dry_run=True, rank=0, world_size=512)``: the rank's torchrun environment, 32
+    ranks per instance, so the gradient all-reduce's group spans 16 instances), the steps of
+    `record_bert` with phase 2's configuration, LAMB (benchmarks/_lamb.py, the NVLAMB of AWS's
+    tutorial) and AWS's 512 MiB all-reduce buckets."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "bert2.json")
+        env = dict(os.environ, TORCH_NEURONX_INSTANCE_TYPE="trn1.32xlarge", HF_HUB_OFFLINE="1")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(HERE), env.get("PYTHONPATH")) if p)
+        subprocess.run([sys.executable, os.path.abspath(__file__), "--_record", "bert2", out], env=env, check=True)
+        return load(out)
+
+
+def _record_bert2(out: str) -> None:
+    import time
+
+    import torch.distributed as dist
+    from _lamb import Lamb, bert_param_groups
+
+    import torch_neuronx
+
+    c = BERT2
+    t0 = time.perf_counter()
+    with torch_neuronx.readiness(dry_run=True, instance="trn1.32xlarge", rank=0, world_size=c["ranks"]) as r:
+        dist.init_process_group("neuron")  # rank 0 of 512, from the environment readiness gives the rank
+        if (dist.get_world_size(), os.environ.get("LOCAL_WORLD_SIZE")) != (c["ranks"], str(c["per_instance"])):
+            raise RuntimeError(
+                f"expected rank 0 of {c['ranks']} with {c['per_instance']} per instance, got world size "
+                f"{dist.get_world_size()} and LOCAL_WORLD_SIZE={os.environ.get('LOCAL_WORLD_SIZE')}"
+            )
+        _bert_steps(c, lambda model: Lamb(bert_param_groups(model), lr=4e-3), BERT2_BUCKET_BYTES)
+    rec = r.recording.for_estimate()
+    rec.extra.update(wall_seconds=round(time.perf_counter() - t0, 1))
+    with open(out, "w") as f:
+        f.write("[" + rec.to_json() + "]")
+
+
+def bert2_row(recs: list) -> dict:
+    """BERT-Large phase 2 row from its recording: the optimizer step is the first micro-batch,
+    511 accumulating ones like the recorded second, and the all-reduce across the 16 instances
+    with LAMB."""
+    c = BERT2
+    seconds, flops = _bert_step(recs, c)
+    seqs = c["ranks"] * c["micro_batch"] * c["accumulation"]
+    return _row(
+        "BERT-Large phase-2 pre-training throughput",
+        "16 x trn1.32xlarge, DP=512, micro-batch 2 x 512 accumulation steps, seq 512, BF16 autocast, LAMB",
         c["aws"],
         seqs / seconds,
         "seq/s",
@@ -303,6 +390,12 @@ def bert(save: str | None = None) -> dict:
     return bert_row(raws)
 
 
+def bert2(save: str | None = None) -> dict:
+    raws = record_bert2()
+    _save(save, "bert2", raws)
+    return bert2_row(raws)
+
+
 def llama70b(save: str | None = None) -> dict:
     raws = record_llama()
     _save(save, "llama70b", raws)
@@ -311,7 +404,7 @@ def llama70b(save: str | None = None) -> dict:
 
 # Each entry returns one row dict: the training rows here, the inference rows (one shared dry
 # run of Llama-3.1-405B's generate) from published_inference.py.
-ROWS = [bert, llama70b, *published_inference.ROWS]
+ROWS = [bert, bert2, llama70b, *published_inference.ROWS]
 
 
 # What the rows are held to: estimated time within 10% of AWS's measured (the tests pin the rows'
@@ -362,7 +455,11 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", default=",".join(by_name), help=f"comma-separated, of: {', '.join(by_name)}")
     p.add_argument("--save", help="directory to write each configuration's recording to (JSON)")
+    p.add_argument("--_record", nargs=2, help=argparse.SUPPRESS)  # in a child process: NAME OUT
     args = p.parse_args(argv)
+    if args._record:
+        {"bert2": _record_bert2}[args._record[0]](args._record[1])
+        return
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     wanted = args.rows.split(",")
     unknown = [w for w in wanted if w not in by_name]

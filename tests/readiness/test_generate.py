@@ -296,3 +296,41 @@ def test_llama_405b_compiled_rows_from_their_saved_recording():
     # compiled, the decode step pays a fraction of the eager step's per-op fixed costs
     eager = pi.phases(Recording.from_json((DATA / "llama405b_tp64_raw.json").read_text())).decode
     assert phases.decode.terms["fixed"] < 0.5 * eager.terms["fixed"]
+
+
+# The trn1 rows (transformers-neuronx's runs, compiled as it compiles them): each run's two
+# recordings, the prefill's (static cache of the prompt) and the decode steps' (static cache of
+# n_positions, the token bucket every step of AWS's run after the prompt attends over).
+_TRN1 = "trn1.32xlarge, TP=32, compiled"
+
+
+@pytest.mark.parametrize(
+    "run, model, prompt, cache, layers",
+    [("llama3_70b", "Llama-3-70B", 2048, 4096, 80), ("llama2_13b", "Llama-2-13b", 4096, 8192, 40)],
+)
+def test_trn1_rows_from_their_saved_recordings(run, model, prompt, cache, layers):
+    """Pins the estimates of AWS's published Llama-3-70B and Llama-2-13b inference figures on
+    trn1.32xlarge from the recordings of their dry runs (benchmarks/published_inference.py --run RUN
+    --save-raw): a change of the model that moves them shows here."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import published_inference as pi
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    raws = pi.recording(str(DATA / f"{run}_trn1_tp32.json"))
+    assert [r.extra.get("cache") for r in raws] == [None, cache]
+    assert {(r.extra["run"], r.extra["layers"], r.world_size) for r in raws} == {(run, layers, 32)}
+    ttft, tpot = (f(raws) for f in pi.TRN1_ROWS[run])
+    pinned = [_known_error.row(f"{model} time to first token, {_TRN1}")]
+    pinned += [_known_error.row(f"{model} time per output token, {_TRN1}")]
+    for row, known in zip((ttft, tpot), pinned):
+        assert set(row) >= {"figure", "configuration", "aws", "estimate", "unit", "ratio", "mfu"}
+        assert row["aws"] == known.aws and row["estimate"] == pytest.approx(known.estimate, rel=1e-3)
+        assert row["ratio"] == pytest.approx(known.ratio, rel=1e-3) and known.chip == "trn1"
+    prefill, decode = pi.phases(raws[0]).prefill, pi.phases(raws[1]).decode
+    assert (prefill.count, prefill.tokens, decode.count, decode.tokens) == (1, prompt, NEW - 1, 1)
+    for p in (prefill, decode):  # one compiled graph per phase; Llama's plain plan: 2 all-reduces a layer
+        graphs = [o for o in p.ops if o.op.startswith("compiled graph")]
+        assert len(graphs) == 1 and graphs[0].count == 1
+        calls = {o.op: o.count for o in p.ops if o.op.startswith("c10d::")}
+        assert calls == {"c10d::all_reduce": 2 * layers + 1, "c10d::all_gather_into_tensor": 1}

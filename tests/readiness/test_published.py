@@ -28,6 +28,8 @@ import published  # noqa: E402
 # (docs/benchmarks.md has the table).
 BERT = _known_error.row("BERT-Large phase-1 pre-training, trn1.32xlarge, DP=32")
 BERT_MFU = 0.3293
+BERT2 = _known_error.row("BERT-Large phase-2 pre-training, 16 x trn1.32xlarge, DP=512")
+BERT2_MFU = 0.1704
 LLAMA = _known_error.row("Llama-3.1-70B pre-training, 32 x trn1.32xlarge, TP=32 x PP=8 x DP=4")
 LLAMA_MFU = 0.3596
 
@@ -45,6 +47,23 @@ def test_bert_large_phase1_on_trn1_32xlarge_is_pinned():
     assert row["mfu"] == pytest.approx(BERT_MFU, rel=1e-3)
 
 
+def test_bert_large_phase2_on_16_trn1_32xlarge_is_pinned():
+    raws = _recording("bert2")
+    row = published.bert2_row(raws)
+    assert (row["aws"], row["unit"]) == (BERT2.aws, BERT2.unit) == (7507.0, "seq/s")
+    assert row["estimate"] == pytest.approx(BERT2.estimate, rel=1e-3)
+    assert row["ratio"] == pytest.approx(row["estimate"] / 7507.0)
+    assert row["mfu"] == pytest.approx(BERT2_MFU, rel=1e-3)
+    # rank 0 of 512 with 32 ranks per instance: the gradient all-reduce (AWS's 512 MiB buckets of
+    # the fp32 gradients) spans the 16 instances, so the estimate times it over EFA
+    (rec,) = raws
+    assert (rec.rank, rec.world_size) == (0, 512)
+    calls = rec.region("all-reduce and optimizer step").collectives
+    assert {(c.kind, c.group_size, c.instances) for c in calls} == {("allreduce", 512, 16)}
+    assert max(c.bytes for c in calls) >= 512 << 20 and len(calls) == 3
+    assert not rec.region("accumulating micro-batch").collectives
+
+
 def test_llama31_70b_on_32_trn1_32xlarge_is_pinned():
     raws = _recording("llama70b")
     assert [r.extra["index"] for r in raws] == [0, 1, 7]
@@ -60,33 +79,48 @@ def test_every_row_has_the_keys_the_table_merges_on():
     keys = {"figure", "configuration", "kind", "chip", "tp", "aws", "estimate", "unit", "ratio", "mfu"}
     eager = published_inference.recording(str(DATA / "llama405b_tp64_raw.json"))
     compiled = published_inference.recording(str(DATA / "llama405b_tp64_compiled.json"))
-    rows = [published.bert_row(_recording("bert")), published.llama_row(_recording("llama70b"))]
+    rows = [published.bert_row(_recording("bert")), published.bert2_row(_recording("bert2"))]
+    rows += [published.llama_row(_recording("llama70b"))]
     rows += [f(eager) for f in published_inference.EAGER_ROWS]  # these add what dominates each phase
     rows += [f(compiled) for f in published_inference.COMPILED_ROWS]
-    assert [sorted(keys - set(r)) for r in rows] == [[]] * 6
+    for run, fs in published_inference.TRN1_ROWS.items():
+        raws = published_inference.recording(str(DATA / f"{run}_trn1_tp32.json"))
+        rows += [f(raws) for f in fs]
+    n = len(_known_error.ROWS)
+    assert [sorted(keys - set(r)) for r in rows] == [[]] * n == [[]] * 11
     # the rows are the known-error table's, from which reports print the model's error
     known = _known_error.ROWS
     assert [r["estimate"] for r in rows] == pytest.approx([k.estimate for k in known], rel=1e-3)
     assert [(r["kind"], r["chip"], r["tp"]) for r in rows] == [(k.kind, k.chip, k.tp) for k in known]
     table = published.to_markdown(rows).splitlines()
+    n = len(known)
     assert table[0] == "| configuration | AWS | estimate | ratio | time error | implied MFU | within 10% |"
+    assert len(table) == 2 + n + 2 + 3 + n
     assert table[2].startswith("| BERT-Large phase-1 pre-training throughput: trn1.32xlarge, DP=32")
-    assert table[5].startswith("| Llama-3.1-405B inference: time per output token")
+    assert table[3].startswith("| BERT-Large phase-2 pre-training throughput: 16 x trn1.32xlarge, DP=512")
+    assert table[6].startswith("| Llama-3.1-405B inference: time per output token")
+    assert table[9].startswith("| Llama-3-70B inference: time to first token: trn1.32xlarge, TP=32")
+    assert table[12].startswith("| Llama-2-13b inference: time per output token: trn1.32xlarge, TP=32")
     # BERT: 3,826.6 seq/s measured, 3,630.1 estimated: the step takes 3826.6 / 3630.1 - 1 = +5.4% longer
     assert "| 0.95 | +5.4% |" in table[2] and table[2].endswith("| yes |")
     errors = [abs(k.time_error) for k in known]
     within = sum(e <= 0.10 for e in errors)
-    assert (
-        table[9] == f"Mean absolute error of the estimated time {sum(errors) / 6:.1%}; {within} of 6 rows within 10%."
+    assert table[n + 3] == (
+        f"Mean absolute error of the estimated time {sum(errors) / n:.1%}; {within} of {n} rows within 10%."
     )
     # leave one out: each row against the band the other rows of its kind give
     loo = table[table.index("Leave one out (the band the other rows of a row's kind give it):") + 2 :]
-    assert len(loo) == 6
-    assert loo[0] == "- BERT-Large phase-1 pre-training throughput: no other row of its kind"
-    tpot, tpot_compiled = known[3].time_error, known[5].time_error
-    assert loo[3] == (
-        f"- {rows[3]['figure']}: {tpot_compiled:+.1%} to {tpot_compiled:+.1%}; its own {tpot:+.1%} is outside"
+    assert len(loo) == n
+    bert, bert2 = known[0].time_error, known[1].time_error  # training at TP <= 8: the two BERT rows
+    assert loo[0] == f"- {rows[0]['figure']}: {bert2:+.1%} to {bert2:+.1%}; its own {bert:+.1%} is " + (
+        "inside" if bert == bert2 else "outside"
     )
+    # the eager 405B decode step against the compiled one and the two on trn1
+    others = sorted((known[6].time_error, known[8].time_error, known[10].time_error))
+    others = [others[0], others[-1]]
+    tpot = known[4].time_error
+    where = "inside" if others[0] <= tpot <= others[1] else "outside"
+    assert loo[4] == f"- {rows[4]['figure']}: {others[0]:+.1%} to {others[1]:+.1%}; its own {tpot:+.1%} is {where}"
 
 
 def test_leave_one_out_and_the_bands_group_rows_by_kind_and_tensor_parallel_degree():

@@ -37,6 +37,9 @@ class PublishedRow:
 ROWS = (
     PublishedRow("BERT-Large phase-1 pre-training, trn1.32xlarge, DP=32", "training", "trn1", 3826.6, 3630.1, "seq/s"),
     PublishedRow(
+        "BERT-Large phase-2 pre-training, 16 x trn1.32xlarge, DP=512", "training", "trn1", 7507.0, 9290.1, "seq/s"
+    ),
+    PublishedRow(
         "Llama-3.1-70B pre-training, 32 x trn1.32xlarge, TP=32 x PP=8 x DP=4",
         "training",
         "trn1",
@@ -60,6 +63,18 @@ ROWS = (
     ),
     PublishedRow(
         "Llama-3.1-405B time per output token, trn2.48xlarge, TP=64, compiled", "decode", "trn2", 37.9, 57.0, "ms", 64
+    ),
+    PublishedRow(
+        "Llama-3-70B time to first token, trn1.32xlarge, TP=32, compiled", "prefill", "trn1", 547.0, 379.4, "ms", 32
+    ),
+    PublishedRow(
+        "Llama-3-70B time per output token, trn1.32xlarge, TP=32, compiled", "decode", "trn1", 26.2, 27.7, "ms", 32
+    ),
+    PublishedRow(
+        "Llama-2-13b time to first token, trn1.32xlarge, TP=32, compiled", "prefill", "trn1", 6668.7, 1673.2, "ms", 32
+    ),
+    PublishedRow(
+        "Llama-2-13b time per output token, trn1.32xlarge, TP=32, compiled", "decode", "trn1", 19.86, 37.7, "ms", 32
     ),
 )
 
