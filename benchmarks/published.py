@@ -168,22 +168,22 @@ def _bert_step(recs: list, c: dict) -> tuple:
     return t1 + (n - 1) * t2 + t3, f1 + (n - 1) * f2 + f3
 
 
-def bert_row(recs: list) -> dict:
-    """BERT-Large phase 1 row from its recording: the optimizer step is the first micro-batch,
-    31 accumulating ones like the recorded second, and the all-reduce with AdamW."""
-    c = BERT
+def _bert_row(recs: list, c: dict, figure: str, configuration: str) -> dict:
     seconds, flops = _bert_step(recs, c)
     seqs = c["ranks"] * c["micro_batch"] * c["accumulation"]
     return _row(
+        figure, configuration, c["aws"], seqs / seconds, "seq/s", flops * c["ranks"], seqs / c["aws"], c["ranks"], 1
+    )
+
+
+def bert_row(recs: list) -> dict:
+    """BERT-Large phase 1 row from its recording: the optimizer step is the first micro-batch,
+    31 accumulating ones like the recorded second, and the all-reduce with AdamW."""
+    return _bert_row(
+        recs,
+        BERT,
         "BERT-Large phase-1 pre-training throughput",
         "trn1.32xlarge, DP=32, micro-batch 16 x 32 accumulation steps, seq 128, BF16 autocast, AdamW",
-        c["aws"],
-        seqs / seconds,
-        "seq/s",
-        flops * c["ranks"],
-        seqs / c["aws"],
-        c["ranks"],
-        1,
     )
 
 
@@ -240,19 +240,11 @@ def bert2_row(recs: list) -> dict:
     """BERT-Large phase 2 row from its recording: the optimizer step is the first micro-batch,
     511 accumulating ones like the recorded second, and the all-reduce across the 16 instances
     with LAMB."""
-    c = BERT2
-    seconds, flops = _bert_step(recs, c)
-    seqs = c["ranks"] * c["micro_batch"] * c["accumulation"]
-    return _row(
+    return _bert_row(
+        recs,
+        BERT2,
         "BERT-Large phase-2 pre-training throughput",
         "16 x trn1.32xlarge, DP=512, micro-batch 2 x 512 accumulation steps, seq 512, BF16 autocast, LAMB",
-        c["aws"],
-        seqs / seconds,
-        "seq/s",
-        flops * c["ranks"],
-        seqs / c["aws"],
-        c["ranks"],
-        1,
     )
 
 

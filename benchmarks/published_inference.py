@@ -322,7 +322,7 @@ def _row(figure: str, phase: str, aws_ms: float, raw=None, compiled: bool = Fals
         "chip": r.chip,
         "tp": r.tp,
         "aws": aws_ms,
-        "estimate": round(ms, 1),
+        "estimate": round(ms, 2),
         "unit": "ms",
         "ratio": round(ms / aws_ms, 3),
         # the MFU AWS's figure implies (the training rows' meaning): the same FLOPs in AWS's time

@@ -325,8 +325,8 @@ def test_trn1_rows_from_their_saved_recordings(run, model, prompt, cache, layers
     pinned += [_known_error.row(f"{model} time per output token, {_TRN1}")]
     for row, known in zip((ttft, tpot), pinned):
         assert set(row) >= {"figure", "configuration", "aws", "estimate", "unit", "ratio", "mfu"}
-        assert row["aws"] == known.aws and row["estimate"] == pytest.approx(known.estimate, rel=1e-3)
-        assert row["ratio"] == pytest.approx(known.ratio, rel=1e-3) and known.chip == "trn1"
+        assert row["aws"] == known.aws and row["estimate"] == pytest.approx(known.estimate, rel=1e-3, abs=0.05)
+        assert row["ratio"] == pytest.approx(known.ratio, abs=1e-3) and known.chip == "trn1"  # rounded to 3 places
     prefill, decode = pi.phases(raws[0]).prefill, pi.phases(raws[1]).decode
     assert (prefill.count, prefill.tokens, decode.count, decode.tokens) == (1, prompt, NEW - 1, 1)
     for p in (prefill, decode):  # one compiled graph per phase; Llama's plain plan: 2 all-reduces a layer

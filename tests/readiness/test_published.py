@@ -90,7 +90,8 @@ def test_every_row_has_the_keys_the_table_merges_on():
     assert [sorted(keys - set(r)) for r in rows] == [[]] * n == [[]] * 11
     # the rows are the known-error table's, from which reports print the model's error
     known = _known_error.ROWS
-    assert [r["estimate"] for r in rows] == pytest.approx([k.estimate for k in known], rel=1e-3)
+    # (the inference rows print their estimate to 0.1 ms)
+    assert [r["estimate"] for r in rows] == pytest.approx([k.estimate for k in known], rel=1e-3, abs=0.05)
     assert [(r["kind"], r["chip"], r["tp"]) for r in rows] == [(k.kind, k.chip, k.tp) for k in known]
     table = published.to_markdown(rows).splitlines()
     n = len(known)

@@ -282,6 +282,30 @@ def test_compiled_graph_cost_parts_have_known_values():
     )
 
 
+def test_a_compiled_static_cache_update_moves_the_rows_it_writes():
+    # A static KV cache updated in place inside a graph (as AOTAutograd keeps an inference graph's
+    # input mutations): the update reads its indices and values and writes the values, as eager
+    # does; the cache is read whole only where attention reads it (the matmul).
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torch_neuronx.readiness.record.measure import graph_parts
+
+    def f(cache, pos, new, q):
+        torch.ops.aten.index_put_(cache, [None, pos], new * 2)  # the new row, scaled (fused), written in place
+        return q @ cache.transpose(1, 2)
+
+    heads, length, dim = 2, 64, 16
+    gm = make_fx(f, tracing_mode="fake")(
+        torch.zeros(heads, length, dim), torch.tensor([5]), torch.randn(heads, 1, dim), torch.randn(heads, 1, dim)
+    )
+    parts = graph_parts(gm)
+    (fused,) = [p for p in parts if p.kind == "fused"]
+    new, pos = 4 * heads * dim, 8
+    # reads the position and the new row, and writes the doubled row where the position says (the
+    # values and indices, as eager's rule counts an in-place partial write); not the 8 KiB cache
+    assert fused.bytes == (pos + new) + (pos + new)
+
+
 @pytest.mark.slow  # one Inductor compile of a forward and backward graph: ~25 s
 def test_compiled_graphs_are_costed_whole_once_per_run(monkeypatch, fresh_dynamo):
     from torch_neuronx.profiler import _graphs

@@ -38,7 +38,8 @@ ASSUMPTIONS = (
     "nodes as the ops above; all its other nodes as one fused kernel that keeps intermediates "
     "on chip, reading the graph inputs and matmul results it uses and writing the graph outputs "
     "and matmul operands it produces once each (one DMA transfer each), with one Vector Engine "
-    "operation per element each node reads or writes. A graph compiled for dynamic shapes, or "
+    "operation per element each node reads or writes; an in-place update of part of a graph input (a "
+    "static KV cache's) moves only the values it writes. A graph compiled for dynamic shapes, or "
     "loaded whole from AOTAutograd's cache before the report started, is timed instead by the "
     "ATen ops its code calls (matmuls): a lower bound.",
     "fixed: one DMA transfer per operand at the published ~1.3 us fixed cost, plus the Tensor "

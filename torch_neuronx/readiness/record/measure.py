@@ -247,6 +247,12 @@ def _classify_nodes(gm) -> tuple:
     return cls, parts, vec_ops, dtype
 
 
+def _partial_write(node) -> bool:
+    """An in-place op that writes part of its first argument (``_PARTIAL_WRITES``)."""
+    name = FuncInfo(node.target).name if isinstance(node.target, _torch_private.OpOverload) else ""
+    return name.split(".")[0] in _PARTIAL_WRITES and bool(node.args) and hasattr(node.args[0], "meta")
+
+
 def graph_parts(gm) -> list:
     """The cost of one run of a compiled ATen graph, as :class:`GraphPart` s timed like ops:
     one per matmul-like node (as eager), and one ``"fused"`` part for all other nodes, as one
@@ -254,7 +260,8 @@ def graph_parts(gm) -> list:
 
     The fused kernel reads from HBM what its nodes take from outside it (graph inputs,
     matmul results) and writes what leaves it (graph outputs, matmul operands), each once;
-    its intermediates stay on chip. Views cost nothing and are seen through.
+    its intermediates stay on chip (an in-place partial write: the values it writes). Views cost
+    nothing and are seen through.
     """
     cls, parts, vec_ops, dtype = _classify_nodes(gm)
 
@@ -270,11 +277,16 @@ def graph_parts(gm) -> list:
     for node, c in cls.items():
         if c != "vec":
             continue
+        # an in-place partial write (a static KV cache's update) reads and writes only the values
+        # it writes, as eager (``moved_bytes``): its target is not read, nor written whole
+        target = node.args[0] if _partial_write(node) else None
         for i in node.all_input_nodes:
             r = root(i)
-            if cls[r] != "vec":
+            if cls[r] != "vec" and i is not target:
                 reads[r] = max(reads.get(r, 0), _nbytes(i.meta.get("val")))
-        if isinstance(node.meta.get("val"), torch.Tensor) and leaves_fusion(node):
+        if target is not None:
+            writes[node] = sum(_nbytes(i.meta.get("val")) for i in node.all_input_nodes if i is not target)
+        elif isinstance(node.meta.get("val"), torch.Tensor) and leaves_fusion(node):
             writes[node] = _nbytes(node.meta["val"])
     if vec_ops or reads or writes:
         nbytes = sum(reads.values()) + sum(writes.values())
