@@ -6,20 +6,10 @@ import pytest
 import torch
 
 import torch_neuronx
+from torch_neuronx.readiness._torch_private import one_f_one_b_order as _one_f_one_b
 from torch_neuronx.readiness.dry import pipeline as dry_pipeline
 from torch_neuronx.readiness.estimate import pipeline
 from torch_neuronx.readiness.estimate.pipeline import StageTimes
-
-
-def _one_f_one_b(stage: int, stages: int, n: int) -> list:
-    warmup = min(n, stages - stage)
-    order, f = [(stage, "F", mb) for mb in range(warmup)], warmup
-    for b in range(n):
-        order.append((stage, "B", b))
-        if f < n:
-            order.append((stage, "F", f))
-            f += 1
-    return order
 
 
 def test_the_critical_path_of_1f1b_is_its_slots_by_hand():

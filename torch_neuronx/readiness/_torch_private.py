@@ -692,6 +692,11 @@ def _single_stage_order(schedule, stage: int, num_stages: int, n: int) -> list:
     if not isinstance(schedule, schedules.Schedule1F1B):
         backward = [(stage, "B", mb) for mb in range(n)] if schedule._has_backward else []
         return [(stage, "F", mb) for mb in range(n)] + backward
+    return one_f_one_b_order(stage, num_stages, n)
+
+
+def one_f_one_b_order(stage: int, num_stages: int, n: int) -> list:
+    """1F1B's actions on `stage` of `num_stages` for `n` micro-batches: (stage, "F" or "B", micro-batch)."""
     warmup = min(n, num_stages - stage)
     order = [(stage, "F", mb) for mb in range(warmup)]
     f = warmup

@@ -249,7 +249,7 @@ def _classify_nodes(gm) -> tuple:
 
 def _partial_write(node) -> bool:
     """An in-place op that writes part of its first argument (``_PARTIAL_WRITES``)."""
-    name = FuncInfo(node.target).name if isinstance(node.target, _torch_private.OpOverload) else ""
+    name = node.target.name() if isinstance(node.target, _torch_private.OpOverload) else ""
     return name.split(".")[0] in _PARTIAL_WRITES and bool(node.args) and hasattr(node.args[0], "meta")
 
 
