@@ -7,4 +7,4 @@ bash scripts/lint.sh
 export HF_HUB_OFFLINE=1
 # Two workers: most tests wait on subprocesses (torchrun ranks, fresh interpreters), so two
 # keep both cores busy; tests pick free ports, so they do not collide.
-python -m pytest -q -ra --timeout=1800 -n 2 "$@"
+python -m pytest -q -ra --timeout=1800 --durations=30 -n 2 "$@"

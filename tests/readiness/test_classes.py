@@ -42,15 +42,47 @@ def test_a_1024_rank_job_runs_whole_pipelines_of_a_few_ranks():
     runs = C.lines_of(mesh, {r for c in plan for r in c.runs})
     # rank 0's pipeline, the last tensor-parallel rank's, the last replica's and the far corner's
     assert len(runs) == 4 * 8 and 1023 in runs
-    stage3 = next(c for c in plan if c.fixed == {1: 3})
+    stage3 = next(c for c in plan if c.fixed == {1: range(3, 4)})
     assert stage3.rep == 96 and stage3.witnesses == [96 + 31, 96 + 768, 96 + 31 + 768]
 
 
 def test_a_class_splits_on_the_dimension_a_witness_differs_in():
+    """The representative's coordinate apart from those before and after it: here the class of
+    every rank but 0 (its representative rank 3, the last tensor-parallel rank, as rank 0 is a
+    class of its own) splits into tp 3 and tp 0-2."""
     mesh = C.infer_mesh(_groups(("mesh_dp", 4, 2), ("mesh_tp", 1, 4), world=8), 8)
     (_, c) = C.plan(mesh)
+    c.why = "rank 7 differs from rank 3 in its ops"
     parts = C.split(mesh, c, mesh.index("tp"))
-    assert [p.members for p in parts] == [[4], [1, 5], [2, 6], [3, 7]]
+    assert c.rep == 3 and [p.members for p in parts] == [[3, 7], [1, 2, 4, 5, 6]]
+    assert parts[1].rep == 2 and parts[1].witnesses == [4, 6]
+    assert all(p.split_because == c.why for p in parts)
+    assert [p.as_data(mesh)["coordinates"] for p in parts] == [{"tp": 3}, {"tp": "0-2"}]
+
+
+def test_a_script_that_logs_on_one_rank_of_the_last_stage_splits_that_rank_off():
+    """TP=32 x PP=8 x DP=4, the loss printed by tensor- and data-parallel rank 0 of the last stage:
+    two splits, four runs more (three of them new pipelines), not a class per coordinate."""
+    from torch_neuronx.readiness.launch.by_classes import _step
+
+    mesh = C.infer_mesh(_groups(("mesh_dp", 256, 4), ("mesh_tp", 1, 32), ("mesh_pp", 32, 8), world=1024), 1024)
+    ok = {"collectives": {}, "graphs": [], "ops": {}, "memory": [], "error": []}
+    logs = dict(ok, ops={("aten::_local_scalar_dense", "float32", 4): 2})
+
+    def prints(ranks):
+        return {r: logs if r == 224 else ok for r in ranks}
+
+    plan = C.plan(mesh)
+    seen = prints({r for c in plan for r in c.runs})
+    rounds = 0
+    while any(c.proven is None for c in plan):
+        plan, todo = _step(plan, mesh, seen, C.MAX_RUNS)
+        seen.update(prints(todo))
+        rounds += 1
+    assert all(c.proven for c in plan) and rounds == 3
+    last = sorted((c.members[:2], len(c.members)) for c in plan if all(mesh.coords(r)[1] == 7 for r in c.members))
+    assert last == [([224], 1), ([225, 226], 124), ([480, 736], 3)]
+    assert len(C.lines_of(mesh, seen)) == 32 + 3 * 8
 
 
 def test_a_witness_that_fails_ends_the_search_for_its_class():

@@ -8,11 +8,15 @@ receive waits for that file. A message is what the sender has: the pickled objec
 ``send_object_list`` (always), or a tensor's value where the dry run knows it (a flag, a vote, a
 size), else a marker that it is not known. Sends never wait, as the fake process group's do not.
 
-A receive waits while its peer runs, for at most ``TIMEOUT``. A rank that waits tells the parent, which does not count it among the ranks running at once (``--workers``): a
-pipeline's stages wait for each other, and all must run. Whether the peer is there is told by
-``receive``: ``"absent"`` (it does not run in this dry run: ``--ranks``, or a single process),
-``"exited"`` (it ended without sending this message), ``"stuck"`` (every rank running waits for
-another's message, none of which is there: the job would hang) or ``"timeout"``.
+A receive waits for at most ``TIMEOUT`` of its peer's running: the clock stops while the peer has
+not started (the parent starts at most ``--workers`` ranks at once, and a large job's last stages
+start long after its first waits for them) or itself waits for a message (a pipeline's first stage
+waits for a gradient the whole pipeline computes). A rank that waits tells the parent, which does
+not count it among the ranks running at once: a pipeline's stages wait for each other, and all
+must run. Why a message did not come is told by ``receive`` (and ``explain``): ``"absent"`` (its
+sender does not run in this dry run: ``--ranks``, or a single process), ``"exited"`` (it ended
+without sending it), ``"stuck"`` (every rank running waits for another's message, none of which is
+there: the job would hang) or ``"timeout"``.
 """
 
 from __future__ import annotations
@@ -65,16 +69,25 @@ def _absent(src: int) -> bool:
     return running is not None and src not in running
 
 
-def configure(raw_dir: str, ranks, notify) -> None:
-    """In a forked rank: the directory the ranks share, the ranks that run, how to tell the parent."""
+def configure(raw_dir: str, rank: int, ranks, notify) -> None:
+    """In a forked rank: the directory the ranks share, this rank, the ranks that run, how to tell
+    the parent."""
     global _dir, _ranks, _notify
-    _dir = os.path.join(raw_dir, "p2p")  # made at the first message: most jobs send none
+    _dir = os.path.join(raw_dir, "p2p")
     _ranks, _notify = frozenset(ranks), notify
     _sequence.clear()
+    os.makedirs(_dir, exist_ok=True)
+    with open(os.path.join(_dir, f"started.{rank}"), "w"):  # its receivers' clocks run from now
+        pass
+
+
+def _peer_runs(src: int) -> bool:
+    """Whether `src` has started and is not waiting for a message itself (its receivers' clock runs)."""
+    started, waits = (os.path.join(_dir, f"{what}.{src}") for what in ("started", "waiting"))
+    return os.path.exists(started) and not os.path.exists(waits)
 
 
 def _path(kind: str, group: str, src: int, dst: int) -> str:
-    os.makedirs(_dir, exist_ok=True)
     key = (kind, group, src, dst)
     _sequence[key] += 1
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in group)
@@ -111,7 +124,7 @@ def receive(kind: str, group: str, src: int, dst: int, timeout: float) -> tuple[
         return None, "absent"
     path = _path(kind, group, src, dst)
     if not os.path.exists(path):
-        why = _wait(path, src, dst, time.monotonic() + timeout)
+        why = _wait(path, src, dst, timeout)
         if why:
             return None, why
     with open(path, "rb") as f:
@@ -120,15 +133,18 @@ def receive(kind: str, group: str, src: int, dst: int, timeout: float) -> tuple[
     return payload, ""
 
 
-def _wait(path: str, src: int, dst: int, deadline: float) -> str:
+def _wait(path: str, src: int, dst: int, timeout: float) -> str:
     """Waits for `path`; "" once it is there, else why it will not be."""
     mine, stuck = os.path.join(_dir, f"waiting.{dst}"), os.path.join(_dir, f"stuck.{dst}")
     with open(mine, "w") as f:  # what this rank waits for: the parent tells a deadlock by it
         f.write(path)
     if _notify is not None:
         _notify(True)
+    deadline = time.monotonic() + timeout
     try:
         while not os.path.exists(path):
+            if not _peer_runs(src):
+                deadline = time.monotonic() + timeout
             # the peer writes its messages before its recording: an exit is seen after its last message
             if os.path.exists(os.path.join(os.path.dirname(_dir), f"rank{src}.json")) and not os.path.exists(path):
                 return "exited"
@@ -144,6 +160,19 @@ def _wait(path: str, src: int, dst: int, deadline: float) -> str:
         os.remove(mine)  # before the parent hears it runs again
         if _notify is not None:
             _notify(False)
+
+
+NO_MESSAGE = {  # why a message is not there: (what happened, the way out)
+    "absent": ("rank {src} does not run in this dry run", "Include rank {src} in --ranks"),
+    "exited": ("rank {src} ended without sending this message (a real run would hang here)", "See rank {src}'s output"),
+    "stuck": ("every rank running waits for another's message: the job would hang here", "See the ranks' output"),
+    "timeout": ("rank {src} ran {timeout:.0f} s without sending this message", "See rank {src}'s output"),
+}
+
+
+def explain(why: str, src: int) -> tuple:
+    """What happened to the message `src` did not send (`why`, from ``receive``), and the way out."""
+    return tuple(m.format(src=src, timeout=TIMEOUT) for m in NO_MESSAGE[why])
 
 
 def _reads(path: str) -> str | None:
@@ -166,14 +195,15 @@ def find_deadlock(raw_dir: str, waiting) -> None:
         os.replace(os.path.join(raw_dir, "p2p", f"stuck.{r}.tmp"), os.path.join(raw_dir, "p2p", f"stuck.{r}"))
 
 
-def receive_tensor(group: str, src: int, dst: int, timeout: float):
-    """The sender's value of the tensor it sent (a host tensor), or None when it is not known."""
-    payload, _why = receive("tensor", group, src, dst, timeout)
+def receive_tensor(group: str, src: int, dst: int, timeout: float) -> tuple:
+    """(the sender's value of the tensor it sent (a host tensor), or None when it is not known;
+    why no message came, or "")."""
+    payload, why = receive("tensor", group, src, dst, timeout)
     if payload is None or payload == _NOT_KNOWN:
-        return None
+        return None, why
     import torch
 
-    return torch.load(io.BytesIO(payload), weights_only=True)
+    return torch.load(io.BytesIO(payload), weights_only=True), ""
 
 
 def pickle_objects(objects: list) -> bytes:

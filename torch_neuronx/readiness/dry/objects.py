@@ -80,21 +80,13 @@ def _send_objects(orig, args: tuple, kwargs: dict):
     return orig(*args, **kwargs)
 
 
-_NO_MESSAGE = {  # why the message is not there: (what happened, the way out)
-    "absent": ("rank {src} does not run in this dry run", "Include rank {src} in --ranks"),
-    "exited": ("rank {src} ended without sending them (a real run would hang here)", "See rank {src}'s output"),
-    "stuck": ("every rank running waits for another's message: the job would hang here", "See the ranks' output"),
-    "timeout": ("rank {src} did not send them within {timeout:.0f} s", "See rank {src}'s output"),
-}
-
-
 def _received(a: dict, group, src: int) -> tuple:
     """The objects `src` sent to this rank (its next message), or ValueUnknownError."""
     import torch.distributed as dist
 
     payload, why = mailbox.receive("objects", group.group_name, src, dist.get_rank(), mailbox.TIMEOUT)
     if payload is None:
-        reason, fix = (m.format(src=src, timeout=mailbox.TIMEOUT) for m in _NO_MESSAGE[why])
+        reason, fix = mailbox.explain(why, src)
         raise ValueUnknownError(
             f"dry run: recv_object_list at {user_site()} receives rank {src}'s objects, and {reason}: the "
             f"receiver has no objects of its own to take for them. {fix}, or run without --dry-run."

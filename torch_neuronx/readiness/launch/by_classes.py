@@ -88,7 +88,8 @@ def _step(plan: list, mesh, fingerprints: dict, budget: int) -> tuple:
             continue
         parts = _classes.split(mesh, c, dim)
         new = sorted({r for p in parts for r in p.runs} - set(fingerprints))
-        if len(parts) < 2 or len(fingerprints) + len(todo) + len(new) > budget:
+        # counted as run: the whole pipelines of the ranks run, to run and new
+        if len(parts) < 2 or len(_classes.lines_of(mesh, {*fingerprints, *todo, *new})) > budget:
             c.proven = False
             c.why += f"; splitting it along {mesh.dims[dim].name} needs more runs than a dry run allows"
             out.append(c)

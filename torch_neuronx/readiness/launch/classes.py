@@ -8,12 +8,14 @@ save and print there). Its process groups give the job's mesh: each dimension of
 group of ranks in arithmetic progression (``[0, 32, 64, ...]``), and together they number every
 rank in mixed radix (a job with no mesh is one dimension, the world). The ranks are then grouped
 by their coordinates on the dimensions that change the work: a pipeline's stages (a dimension
-named for it) from the start, and any other a proof splits off. Each class runs its lowest rank
+named for it) from the start, and ranges of any other a proof splits off. Each class runs its lowest rank
 (its representative) and, as witnesses, the ranks at the far end of each other dimension (the
 last tensor-parallel rank, the last data-parallel replica), where uneven shards and rank branches
 show. A witness whose fingerprint (:func:`fingerprint`: its collectives in order per mesh
 dimension, its compiled graphs, op counts and peak memory) differs from its representative's
-splits the class along that dimension, and the new classes run in turn. A class is proven when
+splits the class along that dimension (the representative's coordinate apart from the ranges
+before and after it: a script that logs on one tensor-parallel rank splits one rank off, not 32),
+and the new classes run in turn. A class is proven when
 its witnesses agree; it is not when they never do within the runs a dry run allows, or when
 values decided the run (a library's branch on a value the dry run does not have). Every rank
 then has its class's answer: its memory, its collectives, its time.
@@ -29,7 +31,7 @@ from neuronsim import collectives as _collectives
 # Dimensions that change what a rank runs from the start, and whose ranks exchange point-to-point
 # messages a dry run must pass (so it runs them together): a pipeline's stages.
 PIPELINE_DIMS = frozenset({"pp", "pipe", "pipeline", "pipeline_parallel", "stage", "stages"})
-MAX_RUNS = 96  # ranks a dry run by classes runs at most; beyond, the classes stay unproven
+MAX_RUNS = 96  # ranks a dry run by classes runs at most (whole pipelines); beyond, the classes stay unproven
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,14 +84,16 @@ def infer_mesh(groups: dict, world: int) -> Mesh:
 
 @dataclasses.dataclass
 class RankClass:
-    """Ranks expected to run alike: its `fixed` coordinates ({dimension index: value}), its members,
-    and those of them a dry run runs (`runs`: the representative first, then the witnesses)."""
+    """Ranks expected to run alike: the coordinates they span (`fixed`: {dimension index: range of
+    its values}, the others free), its members, and those of them a dry run runs (`runs`: the
+    representative first, then the witnesses)."""
 
     members: list
     runs: list
     fixed: dict = dataclasses.field(default_factory=dict)
     proven: bool | None = None  # None until its runs are compared
     why: str = ""  # how it was proven, or why not
+    split_because: str = ""  # why the class it came from was split
 
     @property
     def rep(self) -> int:
@@ -105,10 +109,15 @@ class RankClass:
             "size": len(self.members),
             "rep": self.rep,
             "witnesses": self.witnesses,
-            "coordinates": {mesh.dims[i].name: v for i, v in self.fixed.items()},
+            "coordinates": {mesh.dims[i].name: _shown(r) for i, r in self.fixed.items()},
             "proven": self.proven,
             "why": self.why,
+            "split_because": self.split_because,
         }
+
+
+def _shown(r: range):
+    return r[0] if len(r) == 1 else f"{r[0]}-{r[-1]}"
 
 
 def pipeline_dims(mesh: Mesh) -> list:
@@ -131,46 +140,50 @@ def _line(mesh: Mesh, coords: dict) -> list:
 
 
 def _class(mesh: Mesh, fixed: dict) -> RankClass | None:
-    """The class of the ranks with coordinates `fixed` (dimension index -> value; rank 0 apart):
-    its runs are its members on the base pipeline (the free dimensions at 0), on one more per free
-    dimension, at its far end, and on the far corner; the representative is the first run that is
-    not rank 0."""
-    members = [
-        mesh.rank(v)
-        for v in itertools.product(*(range(d.size) for d in mesh.dims))
-        if all(v[i] == x for i, x in fixed.items()) and mesh.rank(v) != 0
-    ]
+    """The class of the ranks within `fixed` (dimension index -> range of values; rank 0 apart):
+    its runs are its members on the base pipeline (every dimension at the low end of its span), on
+    one more per dimension it spans, at the far end, and on the far corner; the representative is
+    the first run that is not rank 0."""
+    span = [fixed.get(i, range(d.size)) for i, d in enumerate(mesh.dims)]
+    within = [r for r in range(mesh.world) if all(c in s for c, s in zip(mesh.coords(r), span))]
+    members = [r for r in within if r != 0]
     if not members:
         return None
-    free = [i for i in range(len(mesh.dims)) if i not in fixed and i not in pipeline_dims(mesh)]
-    free = [i for i in free if mesh.dims[i].size > 1]
-    bases = [dict(fixed)] + [{**fixed, i: mesh.dims[i].size - 1} for i in free]
+    free = [i for i in range(len(mesh.dims)) if i not in pipeline_dims(mesh) and len(span[i]) > 1]
+    low = {i: s[0] for i, s in enumerate(span)}
+    bases = [low] + [{**low, i: span[i][-1]} for i in free]
     if len(free) > 1:  # and the far corner, where the job's last rank is (a script's `rank == world - 1`)
-        bases.append({**fixed, **{i: mesh.dims[i].size - 1 for i in free}})
+        bases.append({**low, **{i: span[i][-1] for i in free}})
     runs = []
     for base in bases:
-        for r in _line(mesh, base):
-            if r in members and r not in runs and all(mesh.coords(r)[i] == x for i, x in fixed.items()):
-                runs.append(r)
-    if not runs:
-        runs = [min(members)]
-    return RankClass(sorted(members), runs, dict(fixed))
+        runs += [r for r in _line(mesh, base) if r in members and r not in runs]
+    return RankClass(members, runs or [members[0]], dict(fixed))
 
 
 def plan(mesh: Mesh) -> list:
     """Rank 0's class, then one class per coordinate of the pipeline dimensions (all free else)."""
     pipe = pipeline_dims(mesh)
-    out = [RankClass([0], [0], dict(enumerate(mesh.coords(0))), True, "rank 0: run itself")]
+    alone = {i: range(c, c + 1) for i, c in enumerate(mesh.coords(0))}
+    out = [RankClass([0], [0], alone, True, "rank 0: run itself")]
     for values in itertools.product(*(range(mesh.dims[i].size) for i in pipe)):
-        c = _class(mesh, dict(zip(pipe, values)))
+        c = _class(mesh, {i: range(v, v + 1) for i, v in zip(pipe, values)})
         if c is not None:
             out.append(c)
     return out
 
 
 def split(mesh: Mesh, c: RankClass, dim: int) -> list:
-    """`c` split into one class per coordinate of dimension `dim`."""
-    return [sub for v in range(mesh.dims[dim].size) if (sub := _class(mesh, {**c.fixed, dim: v})) is not None]
+    """`c` split along dimension `dim` where its representative's coordinate differs from a
+    witness's: the representative's coordinate, and the coordinates before and after it (where a
+    script treats one rank of a dimension apart, or uneven shards the edge, the rest stay one
+    class; a further difference splits them again)."""
+    span, at = c.fixed.get(dim, range(mesh.dims[dim].size)), mesh.coords(c.rep)[dim]
+    pieces = [range(at, at + 1), range(span[0], at), range(at + 1, span[-1] + 1)]
+    parts = [_class(mesh, {**c.fixed, dim: p}) for p in pieces if len(p)]
+    for p in parts:
+        if p is not None:
+            p.split_because = c.why
+    return [p for p in parts if p is not None]
 
 
 def lines_of(mesh: Mesh, ranks) -> list:

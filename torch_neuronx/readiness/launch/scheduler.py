@@ -73,7 +73,7 @@ def _child(rank: int, env: dict, job: Job, terminal: bool, loaded_fd: int, ranks
             _write_groups(job.raw_dir, rank)
         os.write(loaded_fd, struct.pack("<ii", rank, _WAITS if waits else _RUNS))
 
-    mailbox.configure(job.raw_dir, ranks, notify)
+    mailbox.configure(job.raw_dir, rank, ranks, notify)
     if not terminal:
         log = os.open(os.path.join(job.raw_dir, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(log, 1)

@@ -74,7 +74,8 @@ def _rank_classes(d) -> list:
     )
     rows = [
         [ranges(k["ranks"]), k["size"], k["rep"], ", ".join(map(str, k["witnesses"])) or "-",
-         "yes" if k["proven"] else "NO", k["why"]]
+         "yes" if k["proven"] else "NO",
+         k["why"] + (f"; its class was split: {k['split_because']}" if k.get("split_because") else "")]
         for k in c["classes"]
     ]  # fmt: skip
     return [("Rank classes", text, ["ranks", "size", "representative", "witnesses", "proven", "how"], rows)]
