@@ -355,7 +355,10 @@ def main():
         inputs, labels = tokens[:, :-1].to(device), tokens[:, 1:].to(device)
         losses = []
         with loss_context():  # the first stage feeds the inputs, the last computes the losses
-            schedule.step(*[inputs] if first else [], **dict(target=labels, losses=losses) if last else {})
+            # return_outputs=False: else the last stage keeps every micro-batch's logits until the
+            # step ends, to merge them (at 70B, 256 of 63 MiB per rank: out of memory)
+            step_args = dict(target=labels, losses=losses) if last else {}
+            schedule.step(*[inputs] if first else [], return_outputs=False, **step_args)
         norm = clip_grad_norm_(params, args.max_norm, mesh["pp"].get_group())
         optimizer.step()
         optimizer.zero_grad()

@@ -95,7 +95,7 @@ def test_a_witness_that_fails_ends_the_search_for_its_class():
     ok = {"collectives": {}, "graphs": [], "ops": {}, "memory": [], "error": []}
     prints = {r: dict(ok) for c in plan for r in c.runs}
     failing = max(w for c in plan for w in c.witnesses)
-    prints[failing] = dict(ok, error=["IndexError: list index out of range"])
+    prints[failing] = dict(ok, error=["IndexError"], _error_text=["IndexError: list index out of range"])
     plan, todo = _step(plan, mesh, prints, C.MAX_RUNS)
     assert todo == []
     (c,) = [c for c in plan if failing in c.witnesses]
@@ -147,3 +147,18 @@ def test_a_rank_that_branches_splits_its_class_and_is_found(tmp_path):
     last = next(c for c in found["classes"] if 7 in c["ranks"])
     assert last["ranks"] == [7] and last["proven"]  # split off the others of its stage
     assert 7 in found["runs"] and RankSpec() == job.ranks
+
+
+def test_two_ranks_that_fail_alike_on_their_own_cores_have_one_fingerprint():
+    """An out-of-memory error names the rank's own core: the type is compared, the message shown."""
+    mesh = C.infer_mesh(_groups(("mesh_tp", 1, 32), world=32), 32)
+
+    def rec(rank, core):
+        error = f"OutOfMemoryError: Neuron out of memory. Tried to allocate 62.62 MiB on neuron:{core}"
+        compile_ = types.SimpleNamespace(graphs=[])
+        return types.SimpleNamespace(rank=rank, groups={}, buckets=[], compile=compile_, memory={}, error=error)
+
+    a, b = C.fingerprint(rec(0, 0), mesh), C.fingerprint(rec(31, 31), mesh)
+    assert C.differences(a, b) == [] and a["error"] == ["OutOfMemoryError"]
+    assert b["_error_text"] == ["OutOfMemoryError: Neuron out of memory. Tried to allocate 62.62 MiB on neuron:31"]
+    assert C.differences(a, dict(a, error=["ValueUnknownError"])) == ["error"]

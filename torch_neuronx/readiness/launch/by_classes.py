@@ -60,7 +60,7 @@ def _prove(c, mesh, fingerprints: dict) -> int | None:
             # would take runs a dry run cannot spend at scale (a bisection of the dimension).
             c.proven = False
             c.why = (
-                f"rank {w} failed where rank {c.rep} ran ({fingerprints[w]['error'][0][:160]}); "
+                f"rank {w} failed where rank {c.rep} ran ({fingerprints[w]['_error_text'][0][:160]}); "
                 f"which other members fail is not known: check them with --ranks"
             )
             return None

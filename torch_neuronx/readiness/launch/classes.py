@@ -219,13 +219,16 @@ def fingerprint(rec, mesh: Mesh) -> dict:
         "graphs": sorted(str(g.get("shapes")) for g in rec.compile.graphs),
         "ops": ops,
         "memory": sorted((m.peak_allocated, m.peak_reserved) for m in rec.memory.values()),
-        "error": (rec.error or "").splitlines()[:1],
+        # how the run ended: the exception's type (its message names the rank's own core), and
+        # the message, shown but not compared
+        "error": [rec.error.split(":", 1)[0]] if rec.error else [],
+        "_error_text": (rec.error or "").splitlines()[:1],
     }
 
 
 def differences(a: dict, b: dict) -> list:
     """The parts of two fingerprints that differ."""
-    return [k for k in a if a[k] != b.get(k)]
+    return [k for k in a if not k.startswith("_") and a[k] != b.get(k)]
 
 
 def values_decided(rec) -> list:
