@@ -87,3 +87,6 @@ def test_a_dry_run_1f1b_step_runs_the_microbatches_that_differ_and_times_them_al
     shortened, every = (x.report.data for x in (r, full))
     # within 1%: the shortened step merges its micro-batches' outputs, then repeats them to full size
     assert shortened["estimates"][0]["step_seconds"] == pytest.approx(every["estimates"][0]["step_seconds"], rel=1e-2)
+    # and the same FLOPs, so the same MFU: the micro-batches not run count as the run ones
+    for key in ("model_flops", "mfu"):
+        assert shortened["estimates"][0][key] == pytest.approx(every["estimates"][0][key], rel=1e-2), key

@@ -55,7 +55,7 @@ def critical_path(order: dict, stages: dict, hop_seconds: float = 0.0) -> float:
     complete (a rank waits for an action no rank runs before it)."""
     where = {a[0]: rank for rank, actions in order.items() for a in actions}
     last_stage = max(where) if where else 0
-    n = _microbatches(order)
+    n = microbatches(order)
     done: dict = {}  # (stage, kind, mb) -> end time ("B" and "I" both satisfy a backward's needs)
     free = dict.fromkeys(order, 0.0)
     nxt = dict.fromkeys(order, 0)
@@ -85,9 +85,10 @@ def critical_path(order: dict, stages: dict, hop_seconds: float = 0.0) -> float:
 
 def busiest_rank(order: dict, stages: dict) -> float:
     """The most work any rank of `order` does (its actions' seconds, without waiting)."""
-    n = _microbatches(order)
+    n = microbatches(order)
     return max((sum(stages[s].time(k, mb, n) for s, k, mb in actions) for actions in order.values()), default=0.0)
 
 
-def _microbatches(order: dict) -> int:
+def microbatches(order: dict) -> int:
+    """The micro-batches of a step of the schedule `order`."""
     return 1 + max((a[2] for actions in order.values() for a in actions if a[2] is not None), default=0)

@@ -205,6 +205,27 @@ def _pipeline_step(rec, step, step_seconds: float, fig: dict, prec: str, stages:
     return outside + path, path - _pipeline.busiest_rank(p.order, stages)
 
 
+def _pipeline_flops(rec, step, fig: dict, prec: str) -> dict:
+    """A pipeline rank's matmul-like FLOPs by dtype in a step of all the script's micro-batches:
+    its step's outside the schedule's actions, and each of its actions in the schedule's order,
+    one not run (a shortened step's) taking a run one's FLOPs as it takes its time (StageTimes)."""
+    p = rec.pipeline
+    total = _breakdown([step], rec.graph_parts, fig, prec)[2]
+    run: dict = {}  # (dtype, stage, kind) -> {micro-batch: FLOPs}
+    for key, b in p.actions.items():
+        stage, kind, mb = key.split(":")
+        for dtype, f in _breakdown([b], rec.graph_parts, fig, prec)[2].items():
+            total[dtype] = total.get(dtype, 0) - f
+            run.setdefault((dtype, int(stage), kind), {})[int(mb)] = f
+    n = _pipeline.microbatches(p.order)
+    for (dtype, stage, kind), by_mb in run.items():
+        per = _pipeline.StageTimes({kind: [by_mb[m] for m in sorted(by_mb)]})
+        total[dtype] += sum(
+            per.time(kind, mb, n) for acts in p.order.values() for s, k, mb in acts if (s, k) == (stage, kind)
+        )
+    return total
+
+
 def _is_point_to_point(kind: str) -> bool:
     found = _vocabulary.find(kind)
     return found is not None and found.point_to_point
@@ -228,6 +249,8 @@ def _rank_estimate(rec, fig: dict, prec: str, stages: dict | None = None) -> Ran
     if rec.pipeline is not None and stages:
         step_seconds, bubble = _pipeline_step(rec, scope[-1], step_seconds, fig, prec, stages)
     summary = _summary(scope, sum(t.hidden for t in times), rec.graph_parts, fig, prec)
+    if rec.pipeline is not None and stages:
+        summary.tensor_flops = _pipeline_flops(rec, scope[-1], fig, prec)
     terms = summary.terms
     total = sum(terms.values()) or 1.0
     collectives = terms["collective latency"] + terms["collective bandwidth"]
