@@ -165,6 +165,8 @@ class _Scheduler:
 
     def finish(self) -> int:
         self.drain()
+        # left: the ranks' markers, and messages no rank received (the recordings list those sends)
+        shutil.rmtree(os.path.join(self.raw_dir, "p2p"), ignore_errors=True)
         os.close(self.loaded_r)
         os.close(self.loaded_w)
         return self.worst
