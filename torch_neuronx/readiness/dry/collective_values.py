@@ -103,7 +103,7 @@ def _point_to_point(store, func, pg, args) -> None:
             plain_value = value is not None and plain(value) and value.device.type == "cpu" and small(value)
             mailbox.send_tensor(pg.group_name, me, peer, value if plain_value else None)
             continue
-        value, _why = mailbox.receive_tensor(pg.group_name, peer, me, mailbox.TIMEOUT)
+        value = mailbox.receive_tensor(pg.group_name, peer, me, mailbox.TIMEOUT)
         if value is None or value.numel() != t.numel():
             store.forget(t)
         elif isinstance(t, _tp.FakeTensor):

@@ -195,15 +195,14 @@ def find_deadlock(raw_dir: str, waiting) -> None:
         os.replace(os.path.join(raw_dir, "p2p", f"stuck.{r}.tmp"), os.path.join(raw_dir, "p2p", f"stuck.{r}"))
 
 
-def receive_tensor(group: str, src: int, dst: int, timeout: float) -> tuple:
-    """(the sender's value of the tensor it sent (a host tensor), or None when it is not known;
-    why no message came, or "")."""
-    payload, why = receive("tensor", group, src, dst, timeout)
+def receive_tensor(group: str, src: int, dst: int, timeout: float):
+    """The sender's value of the tensor it sent (a host tensor), or None when it is not known."""
+    payload, _why = receive("tensor", group, src, dst, timeout)
     if payload is None or payload == _NOT_KNOWN:
-        return None, why
+        return None
     import torch
 
-    return torch.load(io.BytesIO(payload), weights_only=True), ""
+    return torch.load(io.BytesIO(payload), weights_only=True)
 
 
 def pickle_objects(objects: list) -> bytes:

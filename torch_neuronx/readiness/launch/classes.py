@@ -1,24 +1,23 @@
-"""Rank classes: the ranks of a job that do the same work, found from its device mesh and proven
-by running a few of them.
+"""Rank classes: the ranks of a job that do the same work, found from its device mesh and proven by
+running a few of them.
 
-Most ranks of a large job do what others do: the data-parallel replicas of a pipeline stage run
-the same ops on other data, the tensor-parallel ranks of a stage the same shapes on other shards.
-A dry run of the job by classes runs rank 0 first (it is always a class of its own: scripts log,
-save and print there). Its process groups give the job's mesh: each dimension of a DeviceMesh is a
-group of ranks in arithmetic progression (``[0, 32, 64, ...]``), and together they number every
-rank in mixed radix (a job with no mesh is one dimension, the world). The ranks are then grouped
-by their coordinates on the dimensions that change the work: a pipeline's stages (a dimension
-named for it) from the start, and ranges of any other a proof splits off. Each class runs its lowest rank
-(its representative) and, as witnesses, the ranks at the far end of each other dimension (the
-last tensor-parallel rank, the last data-parallel replica), where uneven shards and rank branches
-show. A witness whose fingerprint (:func:`fingerprint`: its collectives in order per mesh
-dimension, its compiled graphs, op counts and peak memory) differs from its representative's
-splits the class along that dimension (the representative's coordinate apart from the ranges
-before and after it: a script that logs on one tensor-parallel rank splits one rank off, not 32),
-and the new classes run in turn. A class is proven when
-its witnesses agree; it is not when they never do within the runs a dry run allows, or when
-values decided the run (a library's branch on a value the dry run does not have). Every rank
-then has its class's answer: its memory, its collectives, its time.
+Most ranks of a large job do what others do: the data-parallel replicas of a pipeline stage run the
+same ops on other data, the tensor-parallel ranks of a stage the same shapes on other shards. A dry
+run of the job by classes runs rank 0 first (it is always a class of its own: scripts log, save and
+print there). Its process groups give the job's mesh: each dimension of a DeviceMesh is a group of
+ranks in arithmetic progression (``[0, 32, 64, ...]``), and together they number every rank in mixed
+radix (a job with no mesh is one dimension, the world). The ranks are then grouped by their
+coordinates on the dimensions that change the work: a pipeline's stages (a dimension named for it)
+from the start, and ranges of any other a proof splits off. Each class runs its lowest rank (its
+representative) and, as witnesses, the ranks at the far end of each other dimension (the last
+tensor-parallel rank, the last data-parallel replica), where uneven shards and rank branches show. A
+witness whose fingerprint (:func:`fingerprint`: its collectives in order per mesh dimension, its
+compiled graphs, op counts and peak memory) differs from its representative's splits the class along
+that dimension (the representative's coordinate apart from the ranges before and after it: a script
+that logs on one tensor-parallel rank splits one rank off, not 32), and the new classes run in turn.
+A class is proven when its witnesses agree; it is not when they never do within the runs a dry run
+allows, or when values decided the run (a library's branch on a value the dry run does not have).
+Every rank then has its class's answer: its memory, its collectives, its time.
 """
 
 from __future__ import annotations
@@ -145,8 +144,7 @@ def _class(mesh: Mesh, fixed: dict) -> RankClass | None:
     one more per dimension it spans, at the far end, and on the far corner; the representative is
     the first run that is not rank 0."""
     span = [fixed.get(i, range(d.size)) for i, d in enumerate(mesh.dims)]
-    within = [r for r in range(mesh.world) if all(c in s for c, s in zip(mesh.coords(r), span))]
-    members = [r for r in within if r != 0]
+    members = [r for r in range(1, mesh.world) if all(c in s for c, s in zip(mesh.coords(r), span))]
     if not members:
         return None
     free = [i for i in range(len(mesh.dims)) if i not in pipeline_dims(mesh) and len(span[i]) > 1]
@@ -179,11 +177,10 @@ def split(mesh: Mesh, c: RankClass, dim: int) -> list:
     class; a further difference splits them again)."""
     span, at = c.fixed.get(dim, range(mesh.dims[dim].size)), mesh.coords(c.rep)[dim]
     pieces = [range(at, at + 1), range(span[0], at), range(at + 1, span[-1] + 1)]
-    parts = [_class(mesh, {**c.fixed, dim: p}) for p in pieces if len(p)]
-    for p in parts:
-        if p is not None:
-            p.split_because = c.why
-    return [p for p in parts if p is not None]
+    parts = [part for p in pieces if len(p) and (part := _class(mesh, {**c.fixed, dim: p})) is not None]
+    for part in parts:
+        part.split_because = c.why
+    return parts
 
 
 def lines_of(mesh: Mesh, ranks) -> list:
