@@ -5,6 +5,7 @@ and common scripts from config-only model directories.
     python benchmarks/dry_run.py --cases 70b          # 70B, TP=4 x FSDP=16, 64 ranks (LNC=2)
     python benchmarks/dry_run.py --cases 70b --ranks 0,63   # two of its ranks (--ranks of check)
     python benchmarks/dry_run.py --cases trainer-ddp,trainer-fsdp --ranks 0   # common scripts, below
+    python benchmarks/dry_run.py --cases 8b-1024,70b-1024   # 1,024-rank jobs, by rank classes
 
 Each case writes the public config of the model and a *header-only* checkpoint (safetensors
 files whose headers give every tensor's name, dtype and shape, and whose data is a sparse
@@ -14,7 +15,7 @@ sequence length 4096, activation checkpointing, two optimizer steps. The table g
 wall time and the peak host memory of the whole job (all its processes together, as
 proportional set size: pages the forked ranks share are counted once), against the same figures
 of a plain CPU PyTorch process that only imports the libraries (the floor of any run), and
-the report's verdict and per-rank peak.
+the report's verdict, per-rank peak and, for a job run by rank classes, how many classes it found.
 """
 
 from __future__ import annotations
@@ -57,6 +58,13 @@ SCRIPTS = {
     # one FLUX.1-dev transformer denoising step at 1024 x 1024, diffusers' TP plan over 8 ranks
     "flux-tp8": ("trn2.48xlarge", 8, lambda w: _torchrun(8) + [_here("_flux_step.py"), _flux_dir(w)]),
     "flux-1core": ("trn2.48xlarge", 1, lambda w: [sys.executable, _here("_flux_step.py"), _flux_dir(w)]),
+    # Llama-3.1-70B pre-training in AWS's published layout: 32 trn1.32xlarge, TP=32 x PP=8 x DP=4,
+    # 1F1B over 256 micro-batches of one 8,192-token sequence (examples/llama_3d.py's defaults)
+    "70b-1024": (
+        "trn1.32xlarge",
+        1024,
+        lambda w: _torchrun_nodes(32, 32) + [_llama_3d(), "--config", "llama-3.1-70b", "--steps", "1"],
+    ),
 }
 
 # FLUX.1-dev's transformer/config.json (public): 19 double and 38 single blocks, 24 heads of 128
@@ -97,6 +105,14 @@ def _here(name: str) -> str:
 
 def _torchrun(n: int) -> list:
     return ["torchrun", "--nproc-per-node", str(n)]
+
+
+def _torchrun_nodes(nodes: int, per_node: int) -> list:
+    return ["torchrun", "--nnodes", str(nodes), "--nproc-per-node", str(per_node)]
+
+
+def _llama_3d() -> str:
+    return os.path.join(REPO, "examples", "llama_3d.py")
 
 
 def _accelerate(work: str, n: int) -> list:
@@ -216,7 +232,7 @@ def _sft_job(name: str, work: str, steps: int, seq: int) -> tuple[list, int, str
     script += ["--max_length", str(seq), "--per_device_train_batch_size", "1", "--max_steps", str(steps)]
     script += ["--activation_checkpointing", "true", "--output_dir", os.path.join(work, f"out-{name}")]
     script += ["--logging_steps", "1", "--save_strategy", "no", "--save_final", "false"]  # no data to save
-    launcher = ["torchrun", "--nnodes", str(nodes), "--nproc-per-node", str(world // nodes)]
+    launcher = _torchrun_nodes(nodes, world // nodes)
     launcher = launcher if world > 1 else [sys.executable]
     return launcher + script, world, instance
 
@@ -253,8 +269,8 @@ def run_case(name: str, work: str, steps: int, seq: int, workers: int, ranks: st
         "host_gib": sampler.peak / 2**30,
         "verdict": rep.get("verdict", f"no report (exit {proc.returncode})"),
         "peak": max((m["peak_allocated"] for m in rep.get("memory", [])), default=0) / 2**30,
-        "classes": len(rep.get("memory", [])),
-        "ranks_reported": len(rep.get("ranks_run", rep.get("memory_per_rank", []))),
+        "classes": len((rep.get("classes") or {}).get("classes", [])) or "-",  # a run of every rank: none
+        "ranks_run": len(rep.get("ranks_run", [])),
     }
 
 
@@ -284,7 +300,7 @@ def main() -> None:
     for name in args.cases.split(","):
         r = run_case(name, work, args.steps, args.seq, args.workers, args.ranks)
         print(
-            f"| {r['case']} | {r['ranks']} ({r['ranks_reported']} {'run' if args.ranks else 'reported'}) | {r['wall_s']:.0f} s | "
+            f"| {r['case']} | {r['ranks']} ({r['ranks_run']} run) | {r['wall_s']:.0f} s | "
             f"{r['host_gib']:.2f} GiB | {r['verdict'][:90]} | {r['peak']:.2f} GiB | {r['classes']} |"
         )
     print(f"reports in {work}")

@@ -37,13 +37,14 @@ def test_the_mesh_of_a_1024_rank_job_comes_from_rank_0s_groups():
 def test_a_1024_rank_job_runs_whole_pipelines_of_a_few_ranks():
     mesh = C.infer_mesh(_groups(("mesh_dp", 256, 4), ("mesh_tp", 1, 32), ("mesh_pp", 32, 8), world=1024), 1024)
     plan = C.plan(mesh)
-    assert len(plan) == 1 + 8  # rank 0, one class per stage
-    assert sorted(len(c.members) for c in plan) == [1, 127] + [128] * 7
+    assert len(plan) == 8 + 8  # each rank of rank 0's pipeline, one class per stage
+    assert [c.members for c in plan[:8]] == [[s * 32] for s in range(8)] and all(c.proven for c in plan[:8])
+    assert sorted(len(c.members) for c in plan[8:]) == [127] * 8
     runs = C.lines_of(mesh, {r for c in plan for r in c.runs})
     # rank 0's pipeline, the last tensor-parallel rank's, the last replica's and the far corner's
     assert len(runs) == 4 * 8 and 1023 in runs
     stage3 = next(c for c in plan if c.fixed == {1: range(3, 4)})
-    assert stage3.rep == 96 and stage3.witnesses == [96 + 31, 96 + 768, 96 + 31 + 768]
+    assert stage3.rep == 96 + 31 and stage3.witnesses == [96 + 768, 96 + 31 + 768]
 
 
 def test_a_class_splits_on_the_dimension_a_witness_differs_in():
@@ -60,9 +61,9 @@ def test_a_class_splits_on_the_dimension_a_witness_differs_in():
     assert [p.as_data(mesh)["coordinates"] for p in parts] == [{"tp": 3}, {"tp": "0-2"}]
 
 
-def test_a_script_that_logs_on_one_rank_of_the_last_stage_splits_that_rank_off():
-    """TP=32 x PP=8 x DP=4, the loss printed by tensor- and data-parallel rank 0 of the last stage:
-    two splits, four runs more (three of them new pipelines), not a class per coordinate."""
+def _classes_when_one_rank_logs(logger: int) -> tuple:
+    """TP=32 x PP=8 x DP=4 with the loss printed by rank `logger`: (rounds of comparison, the
+    classes of the last stage as (first two members, size), pipelines run)."""
     from torch_neuronx.readiness.launch.by_classes import _step
 
     mesh = C.infer_mesh(_groups(("mesh_dp", 256, 4), ("mesh_tp", 1, 32), ("mesh_pp", 32, 8), world=1024), 1024)
@@ -70,7 +71,7 @@ def test_a_script_that_logs_on_one_rank_of_the_last_stage_splits_that_rank_off()
     logs = dict(ok, ops={("aten::_local_scalar_dense", "float32", 4): 2})
 
     def prints(ranks):
-        return {r: logs if r == 224 else ok for r in ranks}
+        return {r: logs if r == logger else ok for r in ranks}
 
     plan = C.plan(mesh)
     seen = prints({r for c in plan for r in c.runs})
@@ -79,10 +80,47 @@ def test_a_script_that_logs_on_one_rank_of_the_last_stage_splits_that_rank_off()
         plan, todo = _step(plan, mesh, seen, C.MAX_RUNS)
         seen.update(prints(todo))
         rounds += 1
-    assert all(c.proven for c in plan) and rounds == 3
+    assert all(c.proven for c in plan)
     last = sorted((c.members[:2], len(c.members)) for c in plan if all(mesh.coords(r)[1] == 7 for r in c.members))
-    assert last == [([224], 1), ([225, 226], 124), ([480, 736], 3)]
-    assert len(C.lines_of(mesh, seen)) == 32 + 3 * 8
+    return rounds, last, len(C.lines_of(mesh, seen)) // 8
+
+
+def test_a_script_that_logs_on_the_first_rank_of_the_last_stage_needs_no_split():
+    """Where torchtitan and examples/llama_3d.py print the loss: a rank of rank 0's pipeline, a
+    class of its own from the start."""
+    assert _classes_when_one_rank_logs(224) == (1, [([224], 1), ([225, 226], 127)], 4)
+
+
+def test_a_script_that_logs_on_the_last_rank_splits_that_rank_off():
+    """`rank == world - 1` (PyTorch's pipelining examples print there): the far corner's witness
+    differs from a representative the other witness agrees with, so the split takes the witness's
+    data-parallel coordinate apart; there the two ranks run differ on tp, both ends split off:
+    two splits, four pipelines more, not a class per coordinate."""
+    rounds, last, pipelines = _classes_when_one_rank_logs(1023)
+    assert last == [([224], 1), ([225, 226], 95), ([992], 1), ([993, 994], 30), ([1023], 1)]
+    assert rounds == 3 and pipelines == 4 + 4
+
+
+def test_uneven_shards_on_the_last_replica_split_off_that_replica():
+    """TP=8 x FSDP=128 where the last FSDP rank's shards are uneven: the runs like the
+    representative and those unlike it share no data-parallel coordinate, so both ends of it are
+    split off (not one coordinate per round): 9 ranks run in all."""
+    from torch_neuronx.readiness.launch.by_classes import _step
+
+    mesh = C.infer_mesh(_groups(("mesh_dp", 8, 128), ("mesh_tp", 1, 8), world=1024), 1024)
+    ok = {"collectives": {}, "graphs": [], "ops": {}, "memory": [], "error": []}
+    uneven = dict(ok, memory=[(100, 128)])
+
+    def prints(ranks):
+        return {r: uneven if mesh.coords(r)[1] == 127 else ok for r in ranks}
+
+    plan = C.plan(mesh)
+    seen = prints({r for c in plan for r in c.runs})
+    plan, todo = _step(plan, mesh, seen, C.MAX_RUNS)
+    seen.update(prints(todo))
+    plan, todo = _step(plan, mesh, seen, C.MAX_RUNS)
+    assert todo == [] and all(c.proven for c in plan) and len(seen) == 9
+    assert sorted((c.members[0], len(c.members)) for c in plan) == [(0, 1), (1, 7), (8, 1008), (1016, 8)]
 
 
 def test_a_witness_that_fails_ends_the_search_for_its_class():

@@ -47,8 +47,45 @@ def _rank0_groups(job: Job, scheduler) -> dict:
     return rec.groups if rec is not None else {}
 
 
-def _prove(c, mesh, fingerprints: dict) -> int | None:
-    """Compare `c`'s witnesses with its representative: proven (None), or the dimension to split on."""
+def _odd_one(mesh, rep: int, w: int, fingerprints: dict) -> int:
+    """Of a representative and a witness that differ, the one to split off: the witness when no
+    other run of its pipeline stage is like it and one is like the representative (a script's
+    branch on one rank, `rank == world - 1`), else the representative."""
+    pipe = _classes.pipeline_dims(mesh)
+
+    def stage(r: int) -> tuple:
+        return tuple(mesh.coords(r)[i] for i in pipe)
+
+    def like(a: dict) -> bool:
+        return any(
+            not _classes.differences(a, f)
+            for r, f in fingerprints.items()
+            if r not in (rep, w) and stage(r) == stage(w)
+        )
+
+    return w if like(fingerprints[rep]) and not like(fingerprints[w]) else rep
+
+
+def _cut(c, mesh, w: int, fingerprints: dict) -> tuple:
+    """Where to split `c`, whose witness `w` differs from its representative: a dimension on which
+    the runs like the representative and those unlike it have no coordinate in common (uneven
+    shards at the last replica), and all those coordinates; else (one rank apart, or a corner)
+    the first dimension the two differ in, and the coordinate of the odd one of them."""
+    runs = [r for r in c.runs if r in fingerprints]
+    alike = [r for r in runs if not _classes.differences(fingerprints[c.rep], fingerprints[r])]
+    unlike = [r for r in runs if r not in alike]
+    for i in range(len(mesh.dims)):
+        a, b = {mesh.coords(r)[i] for r in alike}, {mesh.coords(r)[i] for r in unlike}
+        if not a & b:
+            return i, a | b
+    rc, wc = mesh.coords(c.rep), mesh.coords(w)
+    dim = next(i for i in range(len(rc)) if rc[i] != wc[i])
+    return dim, {mesh.coords(_odd_one(mesh, c.rep, w, fingerprints))[dim]}
+
+
+def _prove(c, mesh, fingerprints: dict) -> tuple | None:
+    """Compare `c`'s witnesses with its representative: proven (None), or the dimension to split
+    on and the coordinates to take apart there (:func:`_cut`)."""
     rep = fingerprints.get(c.rep)
     if rep is None:
         c.proven, c.why = False, f"its representative, rank {c.rep}, did not finish its run"
@@ -65,10 +102,8 @@ def _prove(c, mesh, fingerprints: dict) -> int | None:
             )
             return None
         if differ:
-            rc, wc = mesh.coords(c.rep), mesh.coords(w)
-            dim = next(i for i in range(len(rc)) if rc[i] != wc[i])
             c.why = f"rank {w} differs from rank {c.rep} in its {', '.join(differ)}"
-            return dim
+            return _cut(c, mesh, w, fingerprints)
     shown = ", ".join(str(w) for w in c.witnesses)
     c.proven = True
     c.why = f"rank {c.rep} run; witnesses {shown} alike" if c.witnesses else f"rank {c.rep} run (the only member)"
@@ -82,11 +117,12 @@ def _step(plan: list, mesh, fingerprints: dict, budget: int) -> tuple:
         if c.proven is not None:
             out.append(c)
             continue
-        dim = _prove(c, mesh, fingerprints)
-        if dim is None:
+        found = _prove(c, mesh, fingerprints)
+        if found is None:
             out.append(c)
             continue
-        parts = _classes.split(mesh, c, dim)
+        dim, cuts = found
+        parts = _classes.split(mesh, c, dim, cuts)
         new = sorted({r for p in parts for r in p.runs} - set(fingerprints))
         # counted as run: the whole pipelines of the ranks run, to run and new
         if len(parts) < 2 or len(_classes.lines_of(mesh, {*fingerprints, *todo, *new})) > budget:

@@ -6,15 +6,19 @@ same ops on other data, the tensor-parallel ranks of a stage the same shapes on 
 run of the job by classes runs rank 0 first (it is always a class of its own: scripts log, save and
 print there). Its process groups give the job's mesh: each dimension of a DeviceMesh is a group of
 ranks in arithmetic progression (``[0, 32, 64, ...]``), and together they number every rank in mixed
-radix (a job with no mesh is one dimension, the world). The ranks are then grouped by their
-coordinates on the dimensions that change the work: a pipeline's stages (a dimension named for it)
-from the start, and ranges of any other a proof splits off. Each class runs its lowest rank (its
-representative) and, as witnesses, the ranks at the far end of each other dimension (the last
-tensor-parallel rank, the last data-parallel replica), where uneven shards and rank branches show. A
+radix (a job with no mesh is one dimension, the world). Rank 0's pipeline runs whole (its stages
+exchange messages), and each of its ranks is a class of its own: the first rank of each pipeline
+stage, where pipelined trainers log the loss the last stage computes (torchtitan's metrics rank),
+is answered by its own run at no extra cost. The other ranks are grouped by their coordinates on
+the dimensions that change the work: a pipeline's stages (a dimension named for it) from the
+start, and ranges of any other a proof splits off. Each class runs a representative and, as
+witnesses, the ranks at the far end of each other dimension (the last tensor-parallel rank, the
+last data-parallel replica) and at the far corner, where uneven shards and rank branches show. A
 witness whose fingerprint (:func:`fingerprint`: its collectives in order per mesh dimension, its
-compiled graphs, op counts and peak memory) differs from its representative's splits the class along
-that dimension (the representative's coordinate apart from the ranges before and after it: a script
-that logs on one tensor-parallel rank splits one rank off, not 32), and the new classes run in turn.
+compiled graphs, op counts and peak memory) differs from its representative's splits the class
+(``by_classes``: the coordinates that differ apart from the ranges before, between and after them:
+a script that logs on one tensor-parallel rank splits one rank off, not 32), and the new classes
+run in turn.
 A class is proven when its witnesses agree; it is not when they never do within the runs a dry run
 allows, or when values decided the run (a library's branch on a value the dry run does not have).
 Every rank then has its class's answer: its memory, its collectives, its time.
@@ -138,31 +142,46 @@ def _line(mesh: Mesh, coords: dict) -> list:
     return out
 
 
+def _apart(mesh: Mesh) -> list:
+    """Rank 0's pipeline: ranks that are classes of their own (see the module's docstring)."""
+    return _line(mesh, {})
+
+
 def _class(mesh: Mesh, fixed: dict) -> RankClass | None:
-    """The class of the ranks within `fixed` (dimension index -> range of values; rank 0 apart):
-    its runs are its members on the base pipeline (every dimension at the low end of its span), on
-    one more per dimension it spans, at the far end, and on the far corner; the representative is
-    the first run that is not rank 0."""
+    """The class of the ranks within `fixed` (dimension index -> range of values; rank 0's
+    pipeline apart): its runs are its members on the base pipeline (every dimension at the low end
+    of its members' coordinates), on one more per dimension they span, at the far end, and on the
+    far corner; where the base pipeline is rank 0's, its first member's too unless the others
+    reach every low end. The representative is the first of them."""
     span = [fixed.get(i, range(d.size)) for i, d in enumerate(mesh.dims)]
-    members = [r for r in range(1, mesh.world) if all(c in s for c, s in zip(mesh.coords(r), span))]
+    apart = set(_apart(mesh))
+    members = [r for r in range(mesh.world) if r not in apart and all(c in s for c, s in zip(mesh.coords(r), span))]
     if not members:
         return None
-    free = [i for i in range(len(mesh.dims)) if i not in pipeline_dims(mesh) and len(span[i]) > 1]
-    low = {i: s[0] for i, s in enumerate(span)}
-    bases = [low] + [{**low, i: span[i][-1]} for i in free]
+    coords = [mesh.coords(r) for r in members]
+    low, high = [min(c) for c in zip(*coords)], [max(c) for c in zip(*coords)]
+    free = [i for i in range(len(mesh.dims)) if i not in pipeline_dims(mesh) and high[i] > low[i]]
+    bases = [dict(enumerate(low))] + [{**dict(enumerate(low)), i: high[i]} for i in free]
     if len(free) > 1:  # and the far corner, where the job's last rank is (a script's `rank == world - 1`)
-        bases.append({**low, **{i: span[i][-1] for i in free}})
+        bases.append({**dict(enumerate(low)), **{i: high[i] for i in free}})
     runs = []
     for base in bases:
         runs += [r for r in _line(mesh, base) if r in members and r not in runs]
-    return RankClass(members, runs or [members[0]], dict(fixed))
+    reached = {(i, mesh.coords(r)[i]) for r in runs for i in free}
+    if not runs or any((i, low[i]) not in reached for i in free):
+        runs.insert(0, members[0])
+    return RankClass(members, runs, dict(fixed))
 
 
 def plan(mesh: Mesh) -> list:
-    """Rank 0's class, then one class per coordinate of the pipeline dimensions (all free else)."""
+    """A class of its own for each rank of rank 0's pipeline, then one class per coordinate of the
+    pipeline dimensions (all free else)."""
     pipe = pipeline_dims(mesh)
-    alone = {i: range(c, c + 1) for i, c in enumerate(mesh.coords(0))}
-    out = [RankClass([0], [0], alone, True, "rank 0: run itself")]
+    out = []
+    for r in _apart(mesh):
+        alone = {i: range(c, c + 1) for i, c in enumerate(mesh.coords(r))}
+        why = "rank 0: run itself" if r == 0 else f"rank {r}: run itself (the first rank of its pipeline stage)"
+        out.append(RankClass([r], [r], alone, True, why))
     for values in itertools.product(*(range(mesh.dims[i].size) for i in pipe)):
         c = _class(mesh, {i: range(v, v + 1) for i, v in zip(pipe, values)})
         if c is not None:
@@ -170,13 +189,16 @@ def plan(mesh: Mesh) -> list:
     return out
 
 
-def split(mesh: Mesh, c: RankClass, dim: int) -> list:
+def split(mesh: Mesh, c: RankClass, dim: int, cuts=None) -> list:
     """`c` split along dimension `dim` where its representative's coordinate differs from a
-    witness's: the representative's coordinate, and the coordinates before and after it (where a
-    script treats one rank of a dimension apart, or uneven shards the edge, the rest stay one
-    class; a further difference splits them again)."""
-    span, at = c.fixed.get(dim, range(mesh.dims[dim].size)), mesh.coords(c.rep)[dim]
-    pieces = [range(at, at + 1), range(span[0], at), range(at + 1, span[-1] + 1)]
+    witness's: each coordinate of `cuts` (the representative's by default) a class, and the
+    coordinates before, between and after them others (where a script treats one rank of a
+    dimension apart, or uneven shards the edge, the rest stay one class; a further difference
+    splits them again)."""
+    span = c.fixed.get(dim, range(mesh.dims[dim].size))
+    cuts = sorted(cuts if cuts is not None else {mesh.coords(c.rep)[dim]})
+    between = [range(lo, hi) for lo, hi in zip([span[0]] + [a + 1 for a in cuts], cuts + [span[-1] + 1])]
+    pieces = [range(a, a + 1) for a in cuts] + between
     parts = [part for p in pieces if len(p) and (part := _class(mesh, {**c.fixed, dim: p})) is not None]
     for part in parts:
         part.split_because = c.why
