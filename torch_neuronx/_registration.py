@@ -40,8 +40,15 @@ def register():
         # TorchNeuron; wired here so the device module never imports _dynamo.
         device_module.get_dynamo_metrics = _dynamo.get_dynamo_metrics
         device_module.reset_dynamo_metrics = _dynamo.reset_dynamo_metrics
-        atexit.register(_C._shutdown_autograd_threads)
+        atexit.register(_shutdown_autograd_threads)
         _done = True
+
+
+def _shutdown_autograd_threads() -> None:
+    # Python's own threads at exit (non-daemon ones are joined by now); a foreign thread that
+    # asked for its Thread object (a _DummyThread) is not one of them
+    known = sum(1 for t in threading.enumerate() if not isinstance(t, threading._DummyThread))
+    _C._shutdown_autograd_threads(known)
 
 
 def is_neuron_runtime_initialized() -> bool:

@@ -46,14 +46,32 @@ py::dict instance_info() {
   return d;
 }
 
-// Autograd starts one worker thread per device. Left alone they wake up during
-// static destruction, after Python finalised, and abort the process
-// ("terminate called without an active exception"). Stop them at exit while
-// Python is alive, and let them tear down their thread states.
-void shutdown_autograd_threads() {
-  py::gil_scoped_release no_gil;
-  torch::autograd::Engine::get_default_engine().stop();
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+int thread_states() {
+  int n = 0;
+  for (PyThreadState* t = PyInterpreterState_ThreadHead(PyInterpreterState_Get()); t != nullptr;
+       t = PyThreadState_Next(t))
+    ++n;
+  return n;
+}
+
+// Autograd starts one worker thread per device, each holding a Python thread state.
+// Stopped, a thread re-takes the GIL to delete that state; if Python has begun to
+// finalise by then, the thread is ended inside a noexcept destructor and the process
+// aborts ("terminate called without an active exception"). A fixed pause after stop()
+// lost that race on a loaded machine, so stop them at exit while Python is alive and
+// wait, GIL released, until only the threads Python knows (`python_threads`: the main
+// thread and live daemon threads) hold a thread state. Bounded: a library that keeps a
+// thread state for its own C thread costs the wait, not a hang.
+void shutdown_autograd_threads(int python_threads) {
+  {
+    py::gil_scoped_release no_gil;
+    torch::autograd::Engine::get_default_engine().stop();
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (thread_states() > python_threads && std::chrono::steady_clock::now() < deadline) {
+    py::gil_scoped_release no_gil;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 }  // namespace

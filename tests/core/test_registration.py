@@ -58,3 +58,32 @@ def test_hf_detection_paths():
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().endswith("True")
+
+
+def test_exit_waits_until_autograds_device_threads_have_let_go_of_python():
+    """Autograd's device thread holds a Python thread state; at exit it must be gone before
+    Python finalises (a thread that re-takes the GIL then aborts the process: "terminate called
+    without an active exception")."""
+    r = run_python(
+        "import ctypes, torch\n"
+        "from torch_neuronx import _registration\n"
+        "api = ctypes.pythonapi\n"
+        "api.PyInterpreterState_Get.restype = ctypes.c_void_p\n"
+        "api.PyInterpreterState_ThreadHead.restype = ctypes.c_void_p\n"
+        "api.PyInterpreterState_ThreadHead.argtypes = [ctypes.c_void_p]\n"
+        "api.PyThreadState_Next.restype = ctypes.c_void_p\n"
+        "api.PyThreadState_Next.argtypes = [ctypes.c_void_p]\n"
+        "def states():\n"
+        "    n, t = 0, api.PyInterpreterState_ThreadHead(api.PyInterpreterState_Get())\n"
+        "    while t:\n"
+        "        n, t = n + 1, api.PyThreadState_Next(t)\n"
+        "    return n\n"
+        "x = torch.ones(4, 4, device='neuron', requires_grad=True)\n"
+        "(x @ x).sum().backward()\n"
+        "before = states()\n"
+        "_registration._shutdown_autograd_threads()\n"
+        "print(before, states())"
+    )
+    assert r.returncode == 0, r.stderr
+    before, after = map(int, r.stdout.split())
+    assert before > 1 and after == 1, r.stdout
