@@ -161,12 +161,13 @@ def _class(mesh: Mesh, fixed: dict) -> RankClass | None:
     coords = [mesh.coords(r) for r in members]
     low, high = [min(c) for c in zip(*coords)], [max(c) for c in zip(*coords)]
     free = [i for i in range(len(mesh.dims)) if i not in pipeline_dims(mesh) and high[i] > low[i]]
-    bases = [dict(enumerate(low))] + [{**dict(enumerate(low)), i: high[i]} for i in free]
+    base = dict(enumerate(low))
+    bases = [base] + [{**base, i: high[i]} for i in free]
     if len(free) > 1:  # and the far corner, where the job's last rank is (a script's `rank == world - 1`)
-        bases.append({**dict(enumerate(low)), **{i: high[i] for i in free}})
+        bases.append({**base, **{i: high[i] for i in free}})
     runs = []
-    for base in bases:
-        runs += [r for r in _line(mesh, base) if r in members and r not in runs]
+    for b in bases:
+        runs += [r for r in _line(mesh, b) if r in members and r not in runs]
     reached = {(i, mesh.coords(r)[i]) for r in runs for i in free}
     if not runs or any((i, low[i]) not in reached for i in free):
         runs.insert(0, members[0])
