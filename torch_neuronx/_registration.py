@@ -47,7 +47,7 @@ def register():
 def _shutdown_autograd_threads() -> None:
     # Python's own threads at exit (non-daemon ones are joined by now); a foreign thread that
     # asked for its Thread object (a _DummyThread) is not one of them
-    known = sum(1 for t in threading.enumerate() if not isinstance(t, threading._DummyThread))
+    known = {t.ident for t in threading.enumerate() if not isinstance(t, threading._DummyThread)}
     _C._shutdown_autograd_threads(known)
 
 

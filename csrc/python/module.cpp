@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <thread>
+#include <unordered_set>
 
 #include "aten/fallback.h"
 #include "aten/fidelity.h"
@@ -46,11 +47,13 @@ py::dict instance_info() {
   return d;
 }
 
-int thread_states() {
+// Thread states of threads Python's threading module does not run (autograd's device
+// threads among them).
+int foreign_thread_states(const std::unordered_set<unsigned long>& python_threads) {
   int n = 0;
   for (PyThreadState* t = PyInterpreterState_ThreadHead(PyInterpreterState_Get()); t != nullptr;
        t = PyThreadState_Next(t))
-    ++n;
+    n += python_threads.count(t->thread_id) == 0;
   return n;
 }
 
@@ -58,17 +61,19 @@ int thread_states() {
 // Stopped, a thread re-takes the GIL to delete that state; if Python has begun to
 // finalise by then, the thread is ended inside a noexcept destructor and the process
 // aborts ("terminate called without an active exception"). A fixed pause after stop()
-// lost that race on a loaded machine, so stop them at exit while Python is alive and
-// wait, GIL released, until only the threads Python knows (`python_threads`: the main
-// thread and live daemon threads) hold a thread state. Bounded: a library that keeps a
-// thread state for its own C thread costs the wait, not a hang.
-void shutdown_autograd_threads(int python_threads) {
+// lost that race on a loaded machine, and so did waiting for the number of states to fall
+// to the number of Python's threads (a daemon thread ending meanwhile stood in for a device
+// thread still holding its state). So stop them at exit while Python is alive and wait, GIL
+// released, until every state left belongs to one of `python_threads` (the idents of the
+// main thread and live daemon threads). Bounded: a library that keeps a thread state for
+// its own C thread costs the wait, not a hang.
+void shutdown_autograd_threads(const std::unordered_set<unsigned long>& python_threads) {
   {
     py::gil_scoped_release no_gil;
     torch::autograd::Engine::get_default_engine().stop();
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  while (thread_states() > python_threads && std::chrono::steady_clock::now() < deadline) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (foreign_thread_states(python_threads) > 0 && std::chrono::steady_clock::now() < deadline) {
     py::gil_scoped_release no_gil;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
