@@ -13,7 +13,7 @@ from ... import _torch_private
 from ..ledger import PEAK_STEP
 from ..recording import CoreMemory, MemorySnapshot
 
-_SAMPLE_S = 0.002  # memory counters are read at most this often per core (they cost ~8 us)
+_SAMPLE_S = 0.002  # memory counters are read at most this often per core
 _SERIES_MAX = 20000
 
 
@@ -97,12 +97,11 @@ class Memory:
     def sample(self, core: int, force: bool = False) -> None:
         now = time.perf_counter()
         self._next_sample[core] = now + _SAMPLE_S
-        c = counters(core)
-        alloc = c["allocated_current"]
+        alloc, reserved = _C._memory_in_use(core)  # the two counters a sample needs, cheaply
         self._bound[core] = alloc
         series = self._series[core]
         if len(series) < _SERIES_MAX or force:
-            series.append((round(now - self._t0, 6), alloc, c["reserved_current"]))
+            series.append((round(now - self._t0, 6), alloc, reserved))
         at = self._snap_at.get(core)
         if at is None or alloc > at * PEAK_STEP:
             self._snap_at[core] = alloc
