@@ -229,6 +229,36 @@ def test_zero_or_negative_timeout_is_refused(seconds):
     assert not dist.is_initialized()
 
 
+@pytest.mark.multiprocess
+def test_record_threads_end_before_python_finalises(tmp_path):
+    # A daemon thread still inside a store call when Python finalises aborts the process as it
+    # re-takes the GIL ("terminate called without an active exception", seen at the end of
+    # multi-rank jobs): the publisher and the dump watcher are ended and joined at exit. The
+    # hook registered first runs last, after the package's own.
+    code = """
+import atexit, threading
+atexit.register(lambda: print("LEFT", sorted(t.name for t in threading.enumerate() if t.daemon)))
+import torch, torch.distributed as dist
+dist.init_process_group("neuron")
+dist.all_reduce(torch.ones(4, device="neuron"))
+print("RUNNING", sorted(t.name for t in threading.enumerate() if t.daemon))
+"""
+    store = dist.TCPStore("127.0.0.1", 0, 2, True, wait_for_workers=False, timeout=datetime.timedelta(seconds=60))
+    procs = []
+    for r in range(2):
+        env = _env()
+        env.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port), TORCHELASTIC_USE_AGENT_STORE="True")
+        env.update(TORCH_FR_BUFFER_SIZE="20", TORCH_FR_DUMP_TEMP_FILE=str(tmp_path / "rank"))
+        cmd = [sys.executable, "-c", code]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    for p in procs:
+        out = p.communicate(timeout=90)[0]
+        assert p.returncode == 0, out[-3000:]
+        assert "RUNNING ['neuron-collective-records', 'neuron-fr-dump']" in out, out[-3000:]
+        assert "LEFT []" in out, out[-3000:]
+
+
 FR_TRACE = [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace"]
 
 

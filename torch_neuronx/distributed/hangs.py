@@ -33,6 +33,7 @@ rank), on such an error and on demand (:func:`dump_flight_recorder`), for ``torc
 
 from __future__ import annotations
 
+import atexit
 import bisect
 import collections
 import contextlib
@@ -229,13 +230,13 @@ def _publish_latest(info: dict) -> None:
 
 
 _publisher: threading.Thread | None = None
+_exiting = threading.Event()  # set at exit: this module's threads leave their loops
 
 
 def _publish_loop() -> None:
     """Each group's latest operation into its store, when it changed (a rank waiting in a
     collective, or idle, has it there within _PUBLISH_S)."""
-    while True:
-        time.sleep(_PUBLISH_S)
+    while not _exiting.wait(_PUBLISH_S):
         for info in list(_groups.values()):
             if info["mode"] != OFF:
                 _publish_latest(info)
@@ -245,8 +246,29 @@ def _start_publisher() -> None:
     global _publisher
     with _lock:
         if _publisher is None:
-            _publisher = threading.Thread(target=_publish_loop, name="neuron-collective-records", daemon=True)
-            _publisher.start()
+            _publisher = _started(_publish_loop, "neuron-collective-records")
+
+
+def _started(loop, name: str, *args) -> threading.Thread:
+    """A daemon thread running `loop`, ended and joined at exit (see _end_threads)."""
+    t = threading.Thread(target=loop, args=args, name=name, daemon=True)
+    t.start()
+    return t
+
+
+def _end_threads() -> None:
+    # Before Python finalises. Daemon threads are left running into finalisation, and one that
+    # returns from a store call then (the call released the GIL) is ended as it re-takes the GIL,
+    # inside a destructor that may not throw: the process aborts ("terminate called without an
+    # active exception"), seen at the end of multi-rank jobs on loaded machines. Bounded: a
+    # store call that hangs costs the wait, not the exit.
+    _exiting.set()
+    for t in (_publisher, _watcher):
+        if t is not None:
+            t.join(timeout=5.0)
+
+
+atexit.register(_end_threads)
 
 
 # ---------------------------------------------------------------------------
@@ -938,7 +960,8 @@ def _watch(store) -> None:
         except Exception:  # noqa: BLE001 - the store went away: this job is over
             _stop_watching(store)
             return
-        time.sleep(1.0)
+        if _exiting.wait(1.0):
+            return
     if _dumped.is_set():  # this rank's error path dumps, with its pending collective
         return
     try:
@@ -955,8 +978,7 @@ def _start_watcher(store) -> None:
     with _lock:
         if _watcher is None and _fr_on():
             _watched_store = store
-            _watcher = threading.Thread(target=_watch, args=(store,), name="neuron-fr-dump", daemon=True)
-            _watcher.start()
+            _watcher = _started(_watch, "neuron-fr-dump", store)
 
 
 def _stop_watching(store) -> None:
