@@ -100,30 +100,19 @@ def leaves(args, kwargs):
 
 def fake_inputs(args, kwargs):
     """The fake tensors among an op's arguments."""
-    # Loops, not `leaves`'s generator: this and real_host_args run for every op of a dry run.
-    out = []
-    for seq in (args, kwargs.values()):
-        for a in seq:
-            if isinstance(a, FakeTensor):
-                out.append(a)
-            elif isinstance(a, (list, tuple)):
-                out.extend(b for b in a if isinstance(b, FakeTensor))
-    return out
+    return [a for a in leaves(args, kwargs) if isinstance(a, FakeTensor)]
 
 
 def real_host_args(args, kwargs) -> bool:
     """No argument is fake and nothing names the neuron device: the op could run for real."""
-    for seq in (args, kwargs.values()):
-        for a in seq:
-            for b in a if isinstance(a, (list, tuple)) else (a,):
-                if isinstance(b, torch.Tensor):
-                    if isinstance(b, FakeTensor) or is_traceable_wrapper_subclass(b) or b.device.type != "cpu":
-                        return False
-                elif isinstance(b, torch.device):
-                    if b.type != "cpu":
-                        return False
-                elif isinstance(b, str) and b.startswith("neuron"):
-                    return False
+    for a in leaves(args, kwargs):
+        if isinstance(a, torch.Tensor):
+            if isinstance(a, FakeTensor) or is_traceable_wrapper_subclass(a) or a.device.type != "cpu":
+                return False
+        elif isinstance(a, torch.device) and a.type != "cpu":
+            return False
+        elif isinstance(a, str) and a.startswith("neuron"):
+            return False
     return True
 
 

@@ -155,11 +155,12 @@ def _class(mesh: Mesh, fixed: dict) -> RankClass | None:
     reach every low end. The representative is the first of them."""
     span = [fixed.get(i, range(d.size)) for i, d in enumerate(mesh.dims)]
     apart = set(_apart(mesh))
-    members = [r for r in range(mesh.world) if r not in apart and all(c in s for c, s in zip(mesh.coords(r), span))]
+    at = {r: mesh.coords(r) for r in range(mesh.world) if r not in apart}
+    at = {r: c for r, c in at.items() if all(x in s for x, s in zip(c, span))}
+    members = list(at)
     if not members:
         return None
-    coords = [mesh.coords(r) for r in members]
-    low, high = [min(c) for c in zip(*coords)], [max(c) for c in zip(*coords)]
+    low, high = [min(c) for c in zip(*at.values())], [max(c) for c in zip(*at.values())]
     free = [i for i in range(len(mesh.dims)) if i not in pipeline_dims(mesh) and high[i] > low[i]]
     base = dict(enumerate(low))
     bases = [base] + [{**base, i: high[i]} for i in free]
@@ -168,7 +169,7 @@ def _class(mesh: Mesh, fixed: dict) -> RankClass | None:
     runs = []
     for b in bases:
         runs += [r for r in _line(mesh, b) if r in members and r not in runs]
-    reached = {(i, mesh.coords(r)[i]) for r in runs for i in free}
+    reached = {(i, at[r][i]) for r in runs for i in free}
     if not runs or any((i, low[i]) not in reached for i in free):
         runs.insert(0, members[0])
     return RankClass(members, runs, dict(fixed))

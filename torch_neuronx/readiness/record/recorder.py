@@ -89,19 +89,12 @@ def _on_local_shards(args, kwargs, out, ts: list, redistributed):
 def _device_and_dtype(ins: list, outs: list) -> tuple:
     """(the core an op ran on, its dtype's name): the first neuron output's core (else input's),
     the first floating input's dtype (else the first tensor's); core None for a host op."""
-    core = dtype = None
-    for t in outs + ins:
-        d = t.device
-        if d.type == "neuron":
-            core = d.index
-            break
-    for t in ins or outs:
-        if t.is_floating_point():
-            dtype = t.dtype
-            break
-    else:
-        if ins or outs:
-            dtype = (ins or outs)[0].dtype
+    core = next((t.device.index for t in outs or ins if t.device.type == "neuron"), None)
+    if core is None:
+        core = next((t.device.index for t in ins if t.device.type == "neuron"), None)
+    dtype = next((t.dtype for t in ins or outs if t.is_floating_point()), None)
+    if dtype is None and (ins or outs):
+        dtype = (ins or outs)[0].dtype
     return core, dtype_name(dtype)
 
 

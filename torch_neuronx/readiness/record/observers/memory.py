@@ -18,7 +18,8 @@ _SERIES_MAX = 20000
 
 
 def counters(core: int) -> dict:
-    """The core's allocator counters, read from torch.neuron's memory stats (their one source)."""
+    """The core's allocator counters, read from torch.neuron's memory stats (their one source; a
+    sample reads the two it needs through the same module's cheaper `_in_use`)."""
     s = _memory._device_stats(core)
     return {
         "allocated_current": s["allocated_bytes"]["all"]["current"],
@@ -97,7 +98,7 @@ class Memory:
     def sample(self, core: int, force: bool = False) -> None:
         now = time.perf_counter()
         self._next_sample[core] = now + _SAMPLE_S
-        alloc, reserved = _C._memory_in_use(core)  # the two counters a sample needs, cheaply
+        alloc, reserved = _memory._in_use(core)  # the two counters a sample needs, cheaply
         self._bound[core] = alloc
         series = self._series[core]
         if len(series) < _SERIES_MAX or force:
