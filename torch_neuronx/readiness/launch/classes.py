@@ -168,7 +168,7 @@ def _class(mesh: Mesh, fixed: dict) -> RankClass | None:
         bases.append({**base, **{i: high[i] for i in free}})
     runs = []
     for b in bases:
-        runs += [r for r in _line(mesh, b) if r in members and r not in runs]
+        runs += [r for r in _line(mesh, b) if r in at and r not in runs]
     reached = {(i, at[r][i]) for r in runs for i in free}
     if not runs or any((i, low[i]) not in reached for i in free):
         runs.insert(0, members[0])
