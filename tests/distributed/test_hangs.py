@@ -41,9 +41,8 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _launch(case, *flags, extra_env=None, world=2, aborts=()):
-    """Each rank's RESULT: "OK", or "<seconds> <ExceptionType>: <message>"; for the ranks in
-    `aborts`, which may end without one (gloo aborts the process), their whole output."""
+def _run_ranks(cmd, world, extra_env=None) -> list:
+    """(returncode, output) of each of `world` processes running `cmd` as the ranks of one job."""
     # The job's store, hosted here as torchrun's agent hosts it: it outlives every rank.
     store = dist.TCPStore("127.0.0.1", 0, world, True, wait_for_workers=False, timeout=datetime.timedelta(seconds=60))
     procs = []
@@ -52,11 +51,17 @@ def _launch(case, *flags, extra_env=None, world=2, aborts=()):
         env.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world))
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port), TORCHELASTIC_USE_AGENT_STORE="True")
         env.update(extra_env or {})
-        cmd = [sys.executable, str(WORKERS / "hang_worker.py"), case, str(TIMEOUT_S), *flags]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outs = [p.communicate(timeout=90)[0] for p in procs]  # a hang fails the test here
+    return [(p.returncode, out) for p, out in zip(procs, outs)]
+
+
+def _launch(case, *flags, extra_env=None, world=2, aborts=()):
+    """Each rank's RESULT: "OK", or "<seconds> <ExceptionType>: <message>"; for the ranks in
+    `aborts`, which may end without one (gloo aborts the process), their whole output."""
+    cmd = [sys.executable, str(WORKERS / "hang_worker.py"), case, str(TIMEOUT_S), *flags]
     results = {}
-    for r, out in enumerate(outs):
+    for r, (_, out) in enumerate(_run_ranks(cmd, world, extra_env)):
         line = [l for l in out.splitlines() if l.startswith(f"RESULT {r} ")]
         assert line or r in aborts, out[-4000:]
         results[r] = line[0].split(" ", 2)[2] if line else out
@@ -243,18 +248,9 @@ dist.init_process_group("neuron")
 dist.all_reduce(torch.ones(4, device="neuron"))
 print("RUNNING", sorted(t.name for t in threading.enumerate() if t.daemon))
 """
-    store = dist.TCPStore("127.0.0.1", 0, 2, True, wait_for_workers=False, timeout=datetime.timedelta(seconds=60))
-    procs = []
-    for r in range(2):
-        env = _env()
-        env.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port), TORCHELASTIC_USE_AGENT_STORE="True")
-        env.update(TORCH_FR_BUFFER_SIZE="20", TORCH_FR_DUMP_TEMP_FILE=str(tmp_path / "rank"))
-        cmd = [sys.executable, "-c", code]
-        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    for p in procs:
-        out = p.communicate(timeout=90)[0]
-        assert p.returncode == 0, out[-3000:]
+    fr = {"TORCH_FR_BUFFER_SIZE": "20", "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "rank")}
+    for rc, out in _run_ranks([sys.executable, "-c", code], 2, fr):
+        assert rc == 0, out[-3000:]
         assert "RUNNING ['neuron-collective-records', 'neuron-fr-dump']" in out, out[-3000:]
         assert "LEFT []" in out, out[-3000:]
 

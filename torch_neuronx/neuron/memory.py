@@ -25,8 +25,8 @@ def _device_stats(device=None) -> dict:
 
 
 def _in_use(device=None) -> tuple:
-    """(allocated, reserved) bytes on a core now, read from the core directly: about a
-    hundredth of _device_stats's cost, for readers that sample them per op."""
+    """(allocated, reserved) bytes on a core now, read from the core without building
+    _device_stats's dict (its cost: see _C._memory_in_use), for readers that sample per op."""
     return _C._memory_in_use(_index(device))  # the core checks the index
 
 
