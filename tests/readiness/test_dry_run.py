@@ -473,6 +473,27 @@ def test_a_thread_that_outlives_the_dry_run_runs_for_real_after_it():
         pool.shutdown()
 
 
+def test_a_thread_joined_by_an_exit_hook_ends_without_aborting_the_process():
+    # tqdm's monitor thread, started by a progress bar during a dry run, is joined by tqdm's
+    # exit hook. A thread that ended with the dry run's modes on its dispatch stack released
+    # them in a thread-local destructor that took the GIL as Python finalised: SIGABRT in
+    # nearly every run of this script. Registered first, this hook runs last.
+    p = _run_apart(
+        """
+        import atexit, threading
+        stop, threads = threading.Event(), []
+        atexit.register(lambda: (stop.set(), [t.join() for t in threads]))
+        import torch, torch_neuronx
+
+        with torch_neuronx.readiness(dry_run=True):
+            threads.append(threading.Thread(target=stop.wait, daemon=True))
+            threads[0].start()
+            torch.ones(2, device="neuron")
+        """
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+
+
 def test_dtensor_caches_its_sharding_propagation_as_in_eager():
     # The dry run's fake mode would make DTensor think it is tracing and skip its cache.
     import torch.distributed as dist

@@ -491,6 +491,22 @@ class ShardingCacheTap:
             self._prop = None
 
 
+class _ModesLeft:
+    """Pops a thread's dry-run modes as the thread ends (see `ThreadTap`)."""
+
+    def __init__(self, modes):
+        self._modes, self._thread = modes, threading.get_ident()
+
+    def __del__(self):
+        if threading.get_ident() != self._thread:  # a daemon's locals dropped at finalisation
+            return
+        for mode in reversed(self._modes):  # an infra mode (fake) sits in its own slot, by key
+            torch._C._pop_torch_dispatch_stack(getattr(mode, "_mode_key", None))
+
+
+_thread_modes = threading.local()  # module-level: a ThreadTap's end must not drop other threads' entries
+
+
 class ThreadTap:
     """Runs the threads a script starts during a dry run in the dry run too.
 
@@ -500,7 +516,15 @@ class ThreadTap:
     function in each thread the threading module starts, before its target; that function
     enters `modes` there (innermost first) and hands the thread to the previous profile
     hook. A thread still alive after the dry run keeps the modes, and the dry run's mode
-    then runs its ops for real."""
+    then runs its ops for real.
+
+    The modes leave with the thread's Python locals, which the ending thread clears itself,
+    holding the GIL, before its join returns. Left on its dispatch stack, they would be
+    released by the thread's C++ thread-local destructor, which takes the GIL after the join
+    returned: for a thread joined by an exit hook (tqdm's monitor, which a progress bar
+    starts) that can be as Python finalises, which ends the thread inside a destructor and
+    aborts the process ("terminate called without an active exception"). Locals rather
+    than a profile hook watching ``run`` return: that hook would run at every call."""
 
     def __init__(self, modes):
         self._modes = modes
@@ -516,6 +540,7 @@ class ThreadTap:
         sys.setprofile(self._prev)
         for mode in self._modes:
             torch._C._push_on_torch_dispatch_stack(mode)
+        _thread_modes.left = _ModesLeft(self._modes)
 
     def remove(self) -> None:
         if self._installed:
@@ -1207,6 +1232,7 @@ PATCH_POINTS = (
      "torch.distributed.tensor._sharding_prop:ShardingPropagator.propagate_op_sharding_non_cached"),
     ("pushing a mode on another thread's dispatch stack", "ThreadTap", "2.13.0",
      "torch._C:_push_on_torch_dispatch_stack"),
+    ("popping it, an infra mode by its key", "ThreadTap", "2.13.0", "torch._C:_pop_torch_dispatch_stack"),
     ("UntypedStorage.resize_ replaced on the class", "StorageResizeTap", "2.13.0",
      "torch:UntypedStorage.resize_"),
     ("UntypedStorage.from_buffer replaced on the class", "BufferStorageTap", "2.13.0",
