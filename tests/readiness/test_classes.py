@@ -146,6 +146,42 @@ def test_a_witness_that_fails_ends_the_search_for_its_class():
     assert len(plan) > len(before) and todo
 
 
+def _by_classes_and_every_rank(tmp_path, script, nproc: int) -> tuple:
+    """The reports of a dry run of `script` on `nproc` ranks by classes and of every rank."""
+    reports = {}
+    for mode in ("classes", "all"):
+        out = tmp_path / mode
+        cmd = [sys.executable, "-m", "torch_neuronx.cli", "check", "--dry-run", "--instance", "trn2.48xlarge"]
+        cmd += ["--ranks", mode, "--out", str(out), "--", "torchrun", "--nproc-per-node", str(nproc), str(script)]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO)
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+        reports[mode] = json.loads((out / "report.json").read_text())
+    by_classes, every = reports["classes"], reports["all"]
+    assert by_classes["ranks_not_run"] == every["ranks_not_run"] == [] and every["classes"] is None
+    return by_classes, every
+
+
+def test_a_pipeline_on_the_default_group_is_the_whole_world_as_one_dimension():
+    """Stages built without a group of their own (PyTorch's pipelining tutorial): every rank is a
+    stage, so the world is the pipeline dimension and each rank is run, none left to a class."""
+    mesh = C.infer_mesh(_groups(world=4), 4, pipeline=[0, 1, 2, 3])
+    assert [(d.name, d.size, d.pipeline) for d in mesh.dims] == [("default_pg", 4, True)]
+    assert [c.members for c in C.plan(mesh)] == [[0], [1], [2], [3]]
+    assert not C.infer_mesh(_groups(world=4), 4).dims[0].pipeline  # without a pipeline: one class
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_pipeline_on_the_default_group_dry_runs_by_classes(tmp_path):
+    """Four stages on the default group: by classes as by every rank (no rank left out of its
+    pipeline, so every stage gets its neighbours' messages)."""
+    by_classes, every = _by_classes_and_every_rank(tmp_path, Path(__file__).parent / "scripts" / "four_stages.py", 4)
+    assert by_classes["across_ranks"]["findings"] == every["across_ranks"]["findings"] == []
+    assert by_classes["memory_per_rank"] == every["memory_per_rank"]
+    steps = [[e["step_seconds"] for e in r["estimates"]] for r in (by_classes, every)]
+    assert steps[0] == pytest.approx(steps[1], rel=1e-9)
+
+
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_a_dry_run_by_classes_answers_as_one_of_every_rank(tmp_path):
@@ -153,16 +189,7 @@ def test_a_dry_run_by_classes_answers_as_one_of_every_rank(tmp_path):
     report from classes equals the report from every rank (per-rank peaks, collectives, findings,
     step time). (At this size the classes' pipelines are all four of the job's; at 1,024 ranks, 4 of
     128: test_a_1024_rank_job_runs_whole_pipelines_of_a_few_ranks.)"""
-    reports = {}
-    for mode in ("classes", "all"):
-        out = tmp_path / mode
-        cmd = [sys.executable, "-m", "torch_neuronx.cli", "check", "--dry-run", "--instance", "trn2.48xlarge"]
-        cmd += ["--ranks", mode, "--out", str(out), "--", "torchrun", "--nproc-per-node", "8", str(SCRIPT)]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO)
-        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
-        reports[mode] = json.loads((out / "report.json").read_text())
-    by_classes, every = reports["classes"], reports["all"]
-    assert by_classes["ranks_not_run"] == every["ranks_not_run"] == [] and every["classes"] is None
+    by_classes, every = _by_classes_and_every_rank(tmp_path, SCRIPT, 8)
     assert all(c["proven"] for c in by_classes["classes"]["classes"])
     for key in ("memory_per_rank", "collectives", "verdict"):
         assert by_classes[key] == every[key], key

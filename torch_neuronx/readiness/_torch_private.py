@@ -768,6 +768,18 @@ def initialize_stage(schedule, args: tuple, kwargs: dict, target) -> None:
     schedule._initialize_stage(arg_mbs[0], kwarg_mbs[0], targets[0][0] if targets else None)
 
 
+def pass_microbatches(stage, microbatches) -> None:
+    """For each micro-batch of `microbatches` that the stage before `stage` ran and `stage` did not:
+    send that stage its inputs' gradients and receive its activations, by the stage's own ops, as
+    its step does for one it runs (a gradient it has none of goes as the stage's zeros of its shape)."""
+    from torch.distributed.pipelining import schedules
+
+    for mb in microbatches:
+        stage.bwd_cache[mb] = (None,) * len(stage.args_recv_info[mb])
+        ops = stage.get_bwd_send_ops(mb) + stage.get_fwd_recv_ops(mb)
+        schedules._wait_batch_p2p(schedules._batch_p2p(ops))
+
+
 def schedule_stages(schedule) -> list:
     """The stages a pipeline schedule runs on this rank."""
     return getattr(schedule, "_stages", None) or [schedule._stage]

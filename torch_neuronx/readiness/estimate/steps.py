@@ -158,15 +158,19 @@ def _summary(scope: list, hidden: float, parts: dict, fig: dict, prec: str, top:
     """Terms, their shares, the dominant one, Tensor Engine FLOPs and the costliest ops of `scope`;
     `hidden` is the time of its asynchronous collectives under compute, from its _BucketTimes."""
     terms, by_op, tensor_flops = _breakdown(scope, parts, fig, prec)
-    total = sum(terms.values()) or 1.0
     return Breakdown(
         terms=terms,
         hidden_seconds=hidden,
-        term_shares={k: v / total for k, v in terms.items()},
-        dominant=max(terms, key=terms.get),
+        **_shares(terms),
         tensor_flops=tensor_flops,
         ops=sorted(by_op.values(), key=lambda e: -e.seconds)[:top],
     )
+
+
+def _shares(terms: dict) -> dict:
+    """A Breakdown's term_shares and dominant term, of its `terms`."""
+    total = sum(terms.values()) or 1.0
+    return {"term_shares": {k: v / total for k, v in terms.items()}, "dominant": max(terms, key=terms.get)}
 
 
 def _stage_times(recordings: list, fig: dict, prec: str) -> dict:
@@ -205,25 +209,29 @@ def _pipeline_step(rec, step, step_seconds: float, fig: dict, prec: str, stages:
     return outside + path, path - _pipeline.busiest_rank(p.order, stages)
 
 
-def _pipeline_flops(rec, step, fig: dict, prec: str) -> dict:
-    """A pipeline rank's matmul-like FLOPs by dtype in a step of all the script's micro-batches:
-    its step's outside the schedule's actions, and each of its actions in the schedule's order,
-    one not run (a shortened step's) taking a run one's FLOPs as it takes its time (StageTimes)."""
+def _pipeline_totals(rec, step, fig: dict, prec: str) -> tuple:
+    """(terms, matmul-like FLOPs by dtype) of a pipeline rank's step of all the script's micro-batches:
+    its step's outside the schedule's actions, and each of its actions in the schedule's order, one
+    not run (a shortened step's) taking a run one's terms and FLOPs as it takes its time (StageTimes)."""
     p = rec.pipeline
-    total = _breakdown([step], rec.graph_parts, fig, prec)[2]
-    run: dict = {}  # (dtype, stage, kind) -> {micro-batch: FLOPs}
+    terms, _, flops = _breakdown([step], rec.graph_parts, fig, prec)
+    totals = {**{("term", k): v for k, v in terms.items()}, **{("flops", k): v for k, v in flops.items()}}
+    run: dict = {}  # (quantity, stage, kind) -> {micro-batch: its amount}
     for key, b in p.actions.items():
         stage, kind, mb = key.split(":")
-        for dtype, f in _breakdown([b], rec.graph_parts, fig, prec)[2].items():
-            total[dtype] = total.get(dtype, 0) - f
-            run.setdefault((dtype, int(stage), kind), {})[int(mb)] = f
+        b_terms, _, b_flops = _breakdown([b], rec.graph_parts, fig, prec)
+        amounts = [(("term", k), v) for k, v in b_terms.items()] + [(("flops", k), v) for k, v in b_flops.items()]
+        for q, v in amounts:
+            totals[q] = totals.get(q, 0) - v
+            run.setdefault((q, int(stage), kind), {})[int(mb)] = v
     n = _pipeline.microbatches(p.order)
-    for (dtype, stage, kind), by_mb in run.items():
+    for (q, stage, kind), by_mb in run.items():
         per = _pipeline.StageTimes({kind: [by_mb[m] for m in sorted(by_mb)]})
-        total[dtype] += sum(
+        totals[q] += sum(
             per.time(kind, mb, n) for acts in p.order.values() for s, k, mb in acts if (s, k) == (stage, kind)
         )
-    return total
+    pick = lambda what: {k: v for (w, k), v in totals.items() if w == what}  # noqa: E731
+    return pick("term"), pick("flops")
 
 
 def _is_point_to_point(kind: str) -> bool:
@@ -250,7 +258,9 @@ def _rank_estimate(rec, fig: dict, prec: str, stages: dict | None = None) -> Ran
         step_seconds, bubble = _pipeline_step(rec, scope[-1], step_seconds, fig, prec, stages)
     summary = _summary(scope, sum(t.hidden for t in times), rec.graph_parts, fig, prec)
     if rec.pipeline is not None and stages:
-        summary.tensor_flops = _pipeline_flops(rec, scope[-1], fig, prec)
+        # the step's terms and FLOPs are of all its micro-batches, as its time is, not of those run
+        summary.terms, summary.tensor_flops = _pipeline_totals(rec, scope[-1], fig, prec)
+        vars(summary).update(_shares(summary.terms))
     terms = summary.terms
     total = sum(terms.values()) or 1.0
     collectives = terms["collective latency"] + terms["collective bandwidth"]

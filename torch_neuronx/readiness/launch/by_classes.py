@@ -34,17 +34,21 @@ def _run_round(scheduler, job: Job, ranks: list, env, started: tuple = ()) -> No
     scheduler.drain()
 
 
-def _rank0_groups(job: Job, scheduler) -> dict:
-    """Rank 0's process groups once it has built them (at its first forward), or at its end."""
+def _rank0_groups(job: Job, scheduler) -> tuple:
+    """Rank 0's process groups once it has built them (at its first forward), or at its end; and its
+    pipeline stage's group (its global ranks; None without one)."""
     while 0 not in scheduler.exited and 0 in scheduler.loading:
         scheduler.wait_event()
     path = groups_path(job.raw_dir, 0)
     if os.path.exists(path):
         with open(path) as f:
             found = json.load(f)
-        return {n: types.SimpleNamespace(name=n, desc=g["desc"], ranks=g["ranks"]) for n, g in found.items()}
+        groups = {n: types.SimpleNamespace(name=n, **g) for n, g in found["groups"].items()}
+        return groups, found["pipeline"]
     rec = _recording(job, 0)
-    return rec.groups if rec is not None else {}
+    if rec is None:
+        return {}, None
+    return rec.groups, (rec.pipeline.group if rec.pipeline is not None else None)
 
 
 def _odd_one(mesh, rep: int, w: int, fingerprints: dict) -> int:
@@ -150,7 +154,8 @@ def run_by_classes(job: Job, scheduler, env) -> int:
     mailbox.set_running(job.raw_dir, [0], decided=False)  # its peers start once rank 0's groups are known
     scheduler.round([0])
     scheduler.start(0, env(0))
-    mesh = _classes.infer_mesh(_rank0_groups(job, scheduler), job.world)
+    groups, pipeline = _rank0_groups(job, scheduler)
+    mesh = _classes.infer_mesh(groups, job.world, pipeline)
     plan = _classes.plan(mesh)
     todo = _classes.lines_of(mesh, {r for c in plan for r in c.runs})
     _run_round(scheduler, job, todo, env, started=(0,))

@@ -39,11 +39,13 @@ MAX_RUNS = 96  # ranks a dry run by classes runs at most (whole pipelines); beyo
 
 @dataclasses.dataclass(frozen=True)
 class Dim:
-    """One dimension of the job's mesh: `size` coordinates, `stride` ranks apart."""
+    """One dimension of the job's mesh: `size` coordinates, `stride` ranks apart; `pipeline` when its
+    ranks are a pipeline's stages (a dimension named for it, or the group a pipeline stage is built on)."""
 
     name: str
     size: int
     stride: int
+    pipeline: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,22 +65,25 @@ class Mesh:
         return next(i for i, d in enumerate(self.dims) if d.name == name)
 
 
-def infer_mesh(groups: dict, world: int) -> Mesh:
+def infer_mesh(groups: dict, world: int, pipeline: list | None = None) -> Mesh:
     """The mesh that numbers every rank of a `world`-rank job, from rank 0's groups (name ->
-    GroupLog): the groups in arithmetic progression from 0, by increasing stride, each stride the
-    product of the sizes before it; the whole world as one dimension when they do not."""
+    GroupLog) and its pipeline stage's group (its global ranks, or None): the groups in arithmetic
+    progression from 0, by increasing stride, each stride the product of the sizes before it; the
+    whole world as one dimension when they do not. The whole world is a dimension only as a
+    pipeline's (a stage built on the default group, as PyTorch's pipelining tutorial does)."""
     found: dict = {}
     for g in groups.values():
         ranks, name = list(g.ranks), (g.desc or "").removeprefix("mesh_") or f"group {g.name}"
-        if len(ranks) < 2 or ranks[0] != 0 or len(ranks) == world:
+        stages = ranks == pipeline
+        if len(ranks) < 2 or ranks[0] != 0 or (len(ranks) == world and not stages):
             continue
         stride = ranks[1]
         if stride > 0 and ranks == list(range(0, stride * len(ranks), stride)):
-            found.setdefault((stride, len(ranks)), name)
+            found.setdefault((stride, len(ranks)), (name, stages or name in PIPELINE_DIMS))
     dims, product = [], 1
-    for (stride, size), name in sorted(found.items()):
+    for (stride, size), (name, stages) in sorted(found.items()):
         if stride == product:
-            dims.append(Dim(name, size, stride))
+            dims.append(Dim(name, size, stride, stages))
             product *= size
     if product != world:
         return Mesh((Dim("world", world, 1),), world)
@@ -124,8 +129,8 @@ def _shown(r: range):
 
 
 def pipeline_dims(mesh: Mesh) -> list:
-    """The indices of the mesh's pipeline dimensions (named for it)."""
-    return [i for i, d in enumerate(mesh.dims) if d.name in PIPELINE_DIMS]
+    """The indices of the mesh's pipeline dimensions."""
+    return [i for i, d in enumerate(mesh.dims) if d.pipeline]
 
 
 def _line(mesh: Mesh, coords: dict) -> list:

@@ -55,8 +55,13 @@ def _write_groups(raw_dir: str, rank: int) -> None:
     if session is None:
         return
     groups = session.recorder.sequence.describe_groups()
+    facts = session.recorder.pipeline.facts  # a pipeline's stages are a dimension of the job
+    data = {
+        "groups": {n: {"desc": g.desc, "ranks": g.ranks} for n, g in groups.items()},
+        "pipeline": facts["group"] if facts is not None else None,
+    }
     with open(groups_path(raw_dir, rank) + ".tmp", "w") as f:
-        json.dump({n: {"desc": g.desc, "ranks": g.ranks} for n, g in groups.items()}, f)
+        json.dump(data, f)
     os.replace(groups_path(raw_dir, rank) + ".tmp", groups_path(raw_dir, rank))
 
 
