@@ -5,6 +5,12 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Slow tests first, in their collected order: with two workers (scripts/test.sh), a long test
+    collected last would run alone at the end while the other worker idles."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _neuron_compile_cache(tmp_path_factory):
     """A private compile cache for the test session (never the user's)."""

@@ -33,6 +33,7 @@ def _close(a, b, tol=1e-5):
 # --------------------------------------------------------------------------- #
 
 
+@pytest.mark.slow
 def test_registered_lazily_by_name():
     r = run_python(
         "import sys, torch\n"

@@ -3,6 +3,8 @@
 import json
 import os
 
+import pytest
+
 from helpers import run_python
 
 _PROGRAM = r"""
@@ -31,6 +33,7 @@ def _run(env):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_second_process_hits_the_cache_unless_disabled(tmp_path):
     inductor_default = tmp_path.parent / f"{tmp_path.name}-inductor-default"
     env = {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path), "TORCHINDUCTOR_CACHE_DIR": str(inductor_default)}

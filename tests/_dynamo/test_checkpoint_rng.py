@@ -19,6 +19,7 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+import pytest
 import torch
 import torch._inductor.config as inductor_config
 import torch.nn.functional as F
@@ -114,6 +115,7 @@ def _tiny_llama(attention_dropout):
     return LlamaForCausalLM(cfg).train()
 
 
+@pytest.mark.slow
 @inductor_config.patch(fallback_random=True)
 def test_llama_gradient_checkpointing_compiled_training_step():
     eager = _tiny_llama(attention_dropout=0.25).to(DEV)

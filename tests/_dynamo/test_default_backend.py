@@ -11,6 +11,7 @@ def _close(a, b, tol=1e-5):
     torch.testing.assert_close(a.detach().cpu(), b.detach().cpu(), rtol=tol, atol=tol)
 
 
+@pytest.mark.slow
 def test_default_backend_works_first_and_import_stays_lazy():
     # Before any backend="neuron" compile, in a fresh process: `import torch` loads
     # neither Dynamo nor Inductor, and the default backend still compiles neuron code.

@@ -46,6 +46,7 @@ def test_local_rank_not_an_integer(value):
     _fails({"LOCAL_RANK": value}, f"LOCAL_RANK='{value}' is not a non-negative integer", error="ValueError")
 
 
+@pytest.mark.slow
 def test_valid_local_rank_and_explicit_sharing():
     r = run_python(USE_DEVICE, env={"NEURON_RT_NUM_CORES": "2", "LOCAL_RANK": "1"})
     assert r.returncode == 0 and r.stdout.split() == ["neuron:1"], r.stderr[-2000:]
@@ -62,6 +63,7 @@ def test_without_local_rank_the_device_is_neuron0():
     assert r.returncode == 0 and r.stdout.split() == ["neuron:0"], r.stderr[-2000:]
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_torchrun_third_rank_on_two_cores_fails():
     script = (

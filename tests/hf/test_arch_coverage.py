@@ -89,6 +89,7 @@ def _check_compiled(arch):
     assert r["compiled_max_diff"] <= ac.COMPILED_ATOL, r
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", COMPILED_FAST)
 def test_static_compiled_generation_matches_cpu(arch):
     _check_compiled(arch)

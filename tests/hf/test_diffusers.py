@@ -78,6 +78,7 @@ def test_pipeline_eager_matches_cpu(name):
     assert _max_diff(image, _cpu_image(name)) <= ATOL
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", PIPELINES)
 def test_pipeline_compiled_matches_cpu(name):
     # SD: the whole UNet in one graph; transformers: diffusers' regional compilation.
@@ -156,6 +157,7 @@ def test_tp2_eager_every_pipeline():
     assert len(lines) == len(PIPELINES)
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_tp2_compiled():
     """Regional compilation of DTensor-sharded Flux blocks (two block classes)."""

@@ -57,6 +57,7 @@ def runs(tmp_path_factory):
     }
 
 
+@pytest.mark.slow
 def test_checkpoint_is_standard_and_loads_with_async_loading(runs):
     ckpt = runs["ckpt"]
     assert (ckpt / "config.json").exists() and (ckpt / "model.safetensors").exists()
@@ -98,6 +99,7 @@ def test_bad_arguments_are_rejected(runs):
     assert p.returncode == 2 and "--max-new-tokens must be >= 1" in p.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_tensor_parallel_generation_equals_single_process(runs):
     ref = runs["dir"] / "neuron.json"
