@@ -212,8 +212,12 @@ c10::Allocator* charging_cpu_allocator() { return &g_charging_cpu; }
 
 ChargeCpuAllocationsTo::ChargeCpuAllocationsTo(c10::DeviceIndex device) : prev_(tl_charge_device) {
   tl_charge_device = device;
+  if (prev_ < 0 && device >= 0) peak_ = runtime().memory(device).allocated_peak;
 }
-ChargeCpuAllocationsTo::~ChargeCpuAllocationsTo() { tl_charge_device = prev_; }
+ChargeCpuAllocationsTo::~ChargeCpuAllocationsTo() {
+  if (prev_ < 0 && tl_charge_device >= 0) runtime().settle_peak(tl_charge_device, peak_);
+  tl_charge_device = prev_;
+}
 
 c10::Allocator* pinned_allocator() { return &g_pinned; }
 bool is_pinned(const void* ptr) { return g_pinned.contains(ptr); }

@@ -6,6 +6,8 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/Device.h>
 
+#include <cstdint>
+
 namespace neuron {
 
 // The allocator of device memory (c10::GetAllocator(PrivateUse1)).
@@ -19,11 +21,16 @@ uintptr_t reserve_on(c10::DeviceIndex device, size_t nbytes);
 void release_reservation(uintptr_t token);
 
 // While alive, CPU allocations made by this thread (the CPU kernels run by the
-// fallback) are charged to `device` and may be adopted as device memory.
+// fallback) are charged to `device` and may be adopted as device memory. What
+// the kernels allocate and free before the outermost scope ends (a host
+// library's scratch: oneDNN's reordered weights for a bf16 matmul on a host
+// with AVX512-BF16) is left out of the device's peak, as a dry run leaves it
+// out: it depends on the host's CPU, and a NeuronCore's kernel has none.
 struct ChargeCpuAllocationsTo {
   explicit ChargeCpuAllocationsTo(c10::DeviceIndex device);
   ~ChargeCpuAllocationsTo();
   c10::DeviceIndex prev_;
+  uint64_t peak_ = 0;  // the device's allocated peak at the outermost scope's start
 };
 // True when dp is host memory that the device's accounting already owns.
 bool is_device_memory(const c10::DataPtr& dp);

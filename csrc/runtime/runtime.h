@@ -76,6 +76,10 @@ class Runtime {
   std::vector<BlockInfo> blocks() const;
   bool live_block(const void* ptr, BlockInfo* out) const;
   void reset_peak(int device);
+  // Lowers the allocated peak to max(`peak`, allocated now) if above it, so what
+  // a stretch of work allocated and freed again leaves no trace in the peak (a
+  // host kernel's scratch is not device memory; see ChargeCpuAllocationsTo).
+  void settle_peak(int device, uint64_t peak);
   void reset_accumulated(int device);
 
  private:

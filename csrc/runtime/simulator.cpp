@@ -221,6 +221,12 @@ void Runtime::reset_peak(int device) {
   c.segment_count_peak = c.segment_count;
 }
 
+void Runtime::settle_peak(int device, uint64_t peak) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  auto& c = state_->counters.at(device);
+  c.allocated_peak = std::min(c.allocated_peak, std::max(peak, c.allocated_current));
+}
+
 void Runtime::reset_accumulated(int device) {
   std::lock_guard<std::mutex> lock(state_->mu);
   auto& c = state_->counters.at(device);
