@@ -11,12 +11,11 @@ import pytest
 import torch
 
 import torch_neuronx
+from helpers import REPO
 from torch_neuronx.readiness._torch_private import one_f_one_b_order as _one_f_one_b
 from torch_neuronx.readiness.dry import pipeline as dry_pipeline
 from torch_neuronx.readiness.estimate import pipeline
 from torch_neuronx.readiness.estimate.pipeline import StageTimes
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_critical_path_of_1f1b_is_its_slots_by_hand():

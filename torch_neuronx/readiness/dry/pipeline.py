@@ -69,8 +69,8 @@ def shortened_step(orig):
 
     def step(schedule, *args, target=None, losses=None, **kwargs):
         facts = _tp.schedule_facts(schedule)
-        n, name, stages, index = (facts[k] for k in ("microbatches", "schedule", "stages", "stage_indices"))
-        index = index[0]  # a shortened schedule runs one stage per rank
+        n, name, stages = facts["microbatches"], facts["schedule"], facts["stages"]
+        index = facts["stage_indices"][0]  # a shortened schedule runs one stage per rank
         m = microbatches_to_run(name, n, stages, index)
         if m >= n:
             return orig(schedule, *args, target=target, losses=losses, **kwargs)

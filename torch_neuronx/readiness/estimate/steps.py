@@ -215,23 +215,24 @@ def _pipeline_totals(rec, step, fig: dict, prec: str) -> tuple:
     not run (a shortened step's) taking a run one's terms and FLOPs as it takes its time (StageTimes)."""
     p = rec.pipeline
     terms, _, flops = _breakdown([step], rec.graph_parts, fig, prec)
-    totals = {**{("term", k): v for k, v in terms.items()}, **{("flops", k): v for k, v in flops.items()}}
-    run: dict = {}  # (quantity, stage, kind) -> {micro-batch: its amount}
+    totals = (terms, flops)
+    run: dict = {}  # (0: terms or 1: FLOPs, its key, stage, kind) -> {micro-batch run: its amount}
     for key, b in p.actions.items():
         stage, kind, mb = key.split(":")
         b_terms, _, b_flops = _breakdown([b], rec.graph_parts, fig, prec)
-        amounts = [(("term", k), v) for k, v in b_terms.items()] + [(("flops", k), v) for k, v in b_flops.items()]
-        for q, v in amounts:
-            totals[q] = totals.get(q, 0) - v
-            run.setdefault((q, int(stage), kind), {})[int(mb)] = v
+        for which, amounts in enumerate((b_terms, b_flops)):
+            for k, v in amounts.items():
+                totals[which][k] = totals[which].get(k, 0) - v
+                run.setdefault((which, k, int(stage), kind), {})[int(mb)] = v
     n = _pipeline.microbatches(p.order)
-    for (q, stage, kind), by_mb in run.items():
+    in_order: dict = {}  # (stage, kind) -> the micro-batches of its actions in the schedule
+    for acts in p.order.values():
+        for s, k, mb in acts:
+            in_order.setdefault((s, k), []).append(mb)
+    for (which, k, stage, kind), by_mb in run.items():
         per = _pipeline.StageTimes({kind: [by_mb[m] for m in sorted(by_mb)]})
-        totals[q] += sum(
-            per.time(kind, mb, n) for acts in p.order.values() for s, k, mb in acts if (s, k) == (stage, kind)
-        )
-    pick = lambda what: {k: v for (w, k), v in totals.items() if w == what}  # noqa: E731
-    return pick("term"), pick("flops")
+        totals[which][k] += sum(per.time(kind, mb, n) for mb in in_order.get((stage, kind), []))
+    return totals
 
 
 def _is_point_to_point(kind: str) -> bool:
