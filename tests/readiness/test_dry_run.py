@@ -1,5 +1,6 @@
 """The dry run: real size, no data, real allocator accounting, values it cannot know."""
 
+import gc
 import json
 import os
 import subprocess
@@ -147,11 +148,18 @@ def test_a_dtensor_value_read_gets_a_placeholder():
     assert [(v["kind"], v["placeholder"]) for v in reads] == [("float", 1.0)]
 
 
+def _held_by_earlier_tests() -> int:
+    """What earlier tests in this worker still hold, their garbage collected first: reference cycles
+    (Dynamo's caches make some) collected during a test would leave its counts and peaks."""
+    gc.collect()
+    return torch.neuron.memory_allocated()
+
+
 def test_compiled_graphs_are_dynamos_own():
     def run(dry):
         torch._dynamo.reset()
         torch.neuron.empty_cache()
-        before = torch.neuron.memory_allocated()  # what earlier tests in this process still hold
+        before = _held_by_earlier_tests()
         with torch_neuronx.readiness(dry_run=dry) as r:
             model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64))
             compiled = torch.compile(model.to("neuron"), backend="neuron")
@@ -183,7 +191,7 @@ def test_breakdown_counts_parameters_gradients_and_optimizer_state_exactly():
 
 
 def test_no_host_memory_behind_a_model_larger_than_this_machine():
-    before = torch.neuron.memory_allocated()  # what earlier tests' compiled graphs keep
+    before = _held_by_earlier_tests()
     with torch_neuronx.readiness(dry_run=True) as r:
         w = torch.empty(40 << 30, dtype=torch.uint8)  # 40 GiB on the host: fake, nothing allocated
         big = torch.empty(20 << 30, dtype=torch.uint8, device="neuron")
@@ -195,7 +203,7 @@ def test_no_host_memory_behind_a_model_larger_than_this_machine():
 
 
 def test_out_of_memory_where_the_device_raises_it():
-    before = torch.neuron.memory_allocated()  # what earlier tests in this worker still hold
+    before = _held_by_earlier_tests()
     with pytest.raises(torch.OutOfMemoryError, match="Neuron out of memory"):
         with torch_neuronx.readiness(dry_run=True):
             keep = [torch.empty(10 << 30, dtype=torch.uint8, device="neuron") for _ in range(3)]  # 30 of 24 GiB
@@ -443,7 +451,7 @@ def test_threads_the_script_starts_run_dry_too():
 
     from torch._subclasses.fake_tensor import FakeTensor
 
-    before = torch.neuron.memory_allocated()  # what earlier tests in this worker still hold
+    before = _held_by_earlier_tests()
     seen = {}
 
     def work():
