@@ -222,3 +222,42 @@ def test_a_console_script_runs_its_entry_point_under_check(tmp_path):
     )  # fmt: skip
     assert report["verdict"] == "runs natively" and report["steps"] == 2
     assert report["command"].startswith("torch-neuronx demo")
+
+
+def test_a_module_whose_package_reads_sys_argv_on_import_gets_its_own_arguments(tmp_path):
+    # torchtitan's package binds sys.argv[1:] when imported (a default argument of its config
+    # parser), and torchrun -m torchtitan.train is how it is started: the dry run's scheduler must
+    # not import the package before it forks the ranks, or they parse the scheduler's arguments.
+    pkg = tmp_path / "argvpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import sys\n\nARGS = sys.argv[1:]\n")
+    (pkg / "train.py").write_text(
+        "import torch\nimport torch.distributed as dist\n\nimport argvpkg\n\n"
+        "assert argvpkg.ARGS == ['--steps', '2'], argvpkg.ARGS\n"
+        "dist.init_process_group('neuron')\n"
+        "x = torch.ones(4, device='neuron')\ndist.all_reduce(x)\ndist.destroy_process_group()\n"
+    )
+    out = tmp_path / "dry"
+    argv = [sys.executable, "-m", "torch_neuronx.cli", "check", "--dry-run", "--out", str(out), "--"]
+    argv += ["torchrun", "--nproc-per-node", "2", "-m", "argvpkg.train", "--steps", "2"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert not report["errors"] and sorted(m["rank"] for m in report["memory_per_rank"]) == [0, 1]
+
+
+def test_the_file_python_m_runs_is_found_without_importing_its_package(tmp_path, monkeypatch):
+    from torch_neuronx.readiness.launch.preimport import _module_path
+
+    pkg = tmp_path / "sidepkg"
+    (pkg / "tool").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise RuntimeError('imported')\n")
+    (pkg / "train.py").write_text("")
+    (pkg / "tool" / "__init__.py").write_text("")
+    (pkg / "tool" / "__main__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert _module_path("sidepkg.train") == str(pkg / "train.py")
+    assert _module_path("sidepkg.tool") == str(pkg / "tool" / "__main__.py")  # a package runs its __main__
+    assert _module_path("sidepkg") is None and _module_path("sidepkg.train.x") is None
+    assert "sidepkg" not in sys.modules

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib
-import importlib.util
+import importlib.machinery
 import os
 
 _HEAVY_PREFIXES = (
@@ -20,11 +20,25 @@ _HEAVY_PREFIXES = (
 )
 
 
+def _module_path(name: str) -> str | None:
+    """The file ``python -m name`` runs, found without importing anything: importlib's find_spec
+    imports a dotted name's parent packages, and a package that captures ``sys.argv`` when
+    imported (torchtitan's ``parse_args(args=sys.argv[1:])``) would keep the scheduler's own."""
+    spec, search = None, None
+    for part in name.split("."):
+        if spec is not None and search is None:
+            return None  # a module, not a package: it has no submodules
+        spec = importlib.machinery.PathFinder.find_spec(part, search)
+        if spec is None:
+            return None
+        search = spec.submodule_search_locations
+    if search is not None:  # a package: -m runs its __main__
+        spec = importlib.machinery.PathFinder.find_spec("__main__", search)
+    return spec.origin if spec is not None else None
+
+
 def _script_path(target: list[str]) -> str | None:
-    if target[0] == "-m":
-        spec = importlib.util.find_spec(target[1])
-        return spec.origin if spec is not None else None
-    return target[0]
+    return _module_path(target[1]) if target[0] == "-m" else target[0]
 
 
 def preimport(target: list[str]) -> list[str]:
