@@ -123,9 +123,9 @@ def test_uneven_shards_on_the_last_replica_split_off_that_replica():
     assert sorted((c.members[0], len(c.members)) for c in plan) == [(0, 1), (1, 7), (8, 1008), (1016, 8)]
 
 
-def test_a_witness_that_fails_ends_the_search_for_its_class():
-    """A failing witness answers the question (the job fails); finding which other members fail
-    would bisect the dimension, runs a 1,024-rank dry run cannot spend."""
+def test_a_failure_ends_the_search_for_its_class():
+    """A failing witness or representative answers the question (the job fails); finding which
+    other members fail would bisect the dimension, runs a 1,024-rank dry run cannot spend."""
     from torch_neuronx.readiness.launch.by_classes import _step
 
     mesh = C.infer_mesh(_groups(("mesh_dp", 4, 256), ("mesh_tp", 1, 4), world=1024), 1024)
@@ -138,6 +138,14 @@ def test_a_witness_that_fails_ends_the_search_for_its_class():
     assert todo == []
     (c,) = [c for c in plan if failing in c.witnesses]
     assert c.proven is False and f"rank {failing} failed" in c.why and "IndexError" in c.why
+    # a representative that failed ends it too: ranks stopped by the error differ in what they did
+    # before it (torchtitan at TP=32 with 8 KV heads: every rank fails in its first forward)
+    prints = {r: dict(ok, error=["RuntimeError"], _error_text=["RuntimeError: shape"]) for c in plan for r in c.runs}
+    for r in prints:
+        prints[r]["collectives"] = {("allgather", r % 4): 1}
+    plan, todo = _step(C.plan(mesh), mesh, prints, C.MAX_RUNS)
+    assert todo == [] and all(c.proven is False for c in plan if c.witnesses)
+    assert all("is not split" in c.why and "RuntimeError" in c.why for c in plan if c.witnesses)
     # a witness that differs without failing still splits its class (here along tp)
     prints = {r: dict(ok) for c in plan for r in c.runs}
     prints[1020] = dict(ok, ops={("aten::mm", "float32", 4): 1})

@@ -105,6 +105,17 @@ def _prove(c, mesh, fingerprints: dict) -> tuple | None:
                 f"which other members fail is not known: check them with --ranks"
             )
             return None
+        if differ and rep["error"]:
+            # Likewise when the representative failed: ranks that stopped at the error have done
+            # different parts of their work (a pipeline stage's sends), which says nothing of the
+            # class, and splitting it would run rank after rank that fails the same way.
+            c.proven = False
+            c.why = (
+                f"rank {c.rep} failed ({rep['_error_text'][0][:160]}) and rank {w} differs from it in its "
+                f"{', '.join(differ)}; a class whose representative fails is not split: fix the error, "
+                "or check its members with --ranks"
+            )
+            return None
         if differ:
             c.why = f"rank {w} differs from rank {c.rep} in its {', '.join(differ)}"
             return _cut(c, mesh, w, fingerprints)
