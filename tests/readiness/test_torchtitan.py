@@ -17,6 +17,21 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+
+def _titan_release() -> tuple:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return tuple(int(x) for x in version("torchtitan").split(".")[:2])
+    except PackageNotFoundError:
+        return ()
+
+
+# The two releases' command lines differ: 0.3 names a model by --module/--config, 0.2 by
+# --model.name/--model.flavor (and 0.2's pipeline parallelism is the one PyTorch 2.13 runs).
+TITAN_03 = pytest.mark.skipif(_titan_release() < (0, 3), reason="drives torchtitan 0.3's command line")
+TITAN_02 = pytest.mark.skipif(_titan_release()[:2] != (0, 2), reason="drives torchtitan 0.2's command line")
+
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("torchtitan") is None, reason="torchtitan is not installed"),
     # every torchtitan model imports its expert-parallel kernels, which import triton
@@ -77,6 +92,7 @@ def _check(tmp_path, check_args, titan_args):
 COMMON = ["--parallelism.spmd_backend", "partial_dtensor", "--training.steps", "2"]
 
 
+@TITAN_03
 @pytest.mark.slow
 def test_debug_model_fsdp_on_two_ranks(tmp_path):
     rep, stdout = _check(
@@ -96,6 +112,7 @@ def test_debug_model_fsdp_on_two_ranks(tmp_path):
     assert not rep["errors"]
 
 
+@TITAN_03
 @pytest.mark.slow
 def test_llama3_8b_fsdp_over_eight_ranks_rank_0(tmp_path):
     # The real size: 8.0 B parameters, sequence 8192, FSDP over 8 ranks with full activation
@@ -125,3 +142,29 @@ def test_llama3_8b_fsdp_over_eight_ranks_rank_0(tmp_path):
     assert rep["verdict"].startswith("runs with") and "will not fit" not in rep["verdict"]
     (target,) = [e for e in rep["estimates"] if e["target"]]
     assert 0.2 < target["mfu"] < 1.0  # one step per torchtitan step: not halved by its optimizer container
+
+
+@TITAN_02
+@pytest.mark.slow
+def test_pipeline_tensor_and_fsdp_on_eight_ranks_by_classes(tmp_path):
+    """torchtitan 0.2's 1F1B over 2 stages with TP 2 and FSDP 2, started as torchrun -m (the
+    package must not be imported before the ranks fork: it binds sys.argv on import)."""
+    _assets(tmp_path)
+    out = tmp_path / "report"
+    cmd = [sys.executable, "-m", "torch_neuronx.cli", "check", "--dry-run", "--instance", "trn2.48xlarge"]
+    cmd += ["--out", str(out), "--", "torchrun", "--nproc-per-node", "8", "-m", "torchtitan.train"]
+    cmd += ["--model.name", "llama3", "--model.flavor", "debugmodel", "--training.steps", "2"]
+    cmd += ["--parallelism.tensor_parallel_degree", "2", "--parallelism.pipeline_parallel_degree", "2"]
+    cmd += ["--parallelism.data_parallel_shard_degree", "2", "--parallelism.pipeline_parallel_microbatch_size", "1"]
+    cmd += ["--training.seq_len", "256", "--training.local_batch_size", "4"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
+    p = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path, env={**env, "HF_HUB_OFFLINE": "1"}
+    )
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-5000:]
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["steps"] == 2 and not rep["errors"] and rep["across_ranks"]["findings"] == []
+    assert sorted(m["rank"] for m in rep["memory_per_rank"]) == list(range(8))
+    kinds = {c["kind"] for c in rep["collectives"]}
+    # the stages' activations and gradients, FSDP's gathers and reductions, TP's all-reduces
+    assert {"send", "recv", "allgather_base", "reduce_scatter_base", "all_reduce"} <= kinds, kinds
