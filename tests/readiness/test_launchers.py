@@ -26,15 +26,18 @@ fsdp_config:
 """
 
 
-def _check(out: Path, dry: bool, *cmd: str) -> subprocess.CompletedProcess:
+def _check(out: Path, dry: bool, *cmd: str, path: tuple = ()) -> subprocess.CompletedProcess:
+    """`cmd` under check; `path`: directories the job imports from (PYTHONPATH)."""
     argv = [sys.executable, "-m", "torch_neuronx.cli", "check", "--out", str(out)] + (["--dry-run"] if dry else [])
-    return subprocess.run(argv + ["--", *cmd], capture_output=True, text=True, timeout=600, cwd=REPO,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [*map(str, path), env.get("PYTHONPATH")]))
+    return subprocess.run(argv + ["--", *cmd], capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
 
 
-def _report(tmp_path: Path, mode: str, *cmd: str) -> dict:
+def _report(tmp_path: Path, mode: str, *cmd: str, path: tuple = ()) -> dict:
     out = tmp_path / mode
-    p = _check(out, mode.startswith("dry"), *cmd)
+    p = _check(out, mode.startswith("dry"), *cmd, path=path)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-4000:]
     return json.loads((out / "report.json").read_text())
 
@@ -237,13 +240,8 @@ def test_a_module_whose_package_reads_sys_argv_on_import_gets_its_own_arguments(
         "dist.init_process_group('neuron')\n"
         "x = torch.ones(4, device='neuron')\ndist.all_reduce(x)\ndist.destroy_process_group()\n"
     )
-    out = tmp_path / "dry"
-    argv = [sys.executable, "-m", "torch_neuronx.cli", "check", "--dry-run", "--out", str(out), "--"]
-    argv += ["torchrun", "--nproc-per-node", "2", "-m", "argvpkg.train", "--steps", "2"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    report = json.loads((out / "report.json").read_text())
+    cmd = ["torchrun", "--nproc-per-node", "2", "-m", "argvpkg.train", "--steps", "2"]
+    report = _report(tmp_path, "dry", *cmd, path=(tmp_path,))
     assert not report["errors"] and sorted(m["rank"] for m in report["memory_per_rank"]) == [0, 1]
 
 
