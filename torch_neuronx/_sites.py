@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
+import tempfile
 import threading
 
 import torch
@@ -15,6 +16,7 @@ import torch
 _TORCH_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, sys.modules["torch_neuronx"]))
 _STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
 SITE_PACKAGES = tuple(sysconfig.get_paths()[k] + os.sep for k in ("purelib", "platlib"))
+_generated_dirs: tuple = ()  # backend neuron's generated code (``_generated_code_dirs``)
 
 
 def _is_machinery(path: str) -> bool:
@@ -22,8 +24,19 @@ def _is_machinery(path: str) -> bool:
         path.startswith(_TORCH_DIRS)
         or (path.startswith("<") and path not in ("<stdin>", "<string>"))  # <frozen ...>, FX's <eval_with_key>
         or "torchinductor_" in path  # Inductor's generated code
+        or path.startswith(_generated_dirs or _generated_code_dirs())  # backend neuron's
         or (path.startswith(_STDLIB) and not path.startswith(SITE_PACKAGES))
     )
+
+
+def _generated_code_dirs() -> tuple:
+    """Where backend neuron keeps the code it generates: a collective a compiled graph issues is
+    the user's line that Dynamo traced, not the generated module's."""
+    global _generated_dirs
+    from ._dynamo import cache
+
+    _generated_dirs = (cache.cache_root() + os.sep, os.path.join(tempfile.gettempdir(), cache.PRIVATE_DIR_PREFIX))
+    return _generated_dirs
 
 
 def user_frame():

@@ -199,6 +199,15 @@ CASES = {
         _torchrun(DIFF / "tensor_parallel.py"),
         ranks=2,
     ),
+    # compiled in place: the run's first module call is compiled code, hooks and all
+    "compiled-module-ddp": Case(
+        _torchrun(DIFF / "compiled_module.py"),
+        ranks=2,
+        differs={"peak_memory": _compiled_graphs_run_op_by_op},
+    ),
+    # blocks compiled one by one behind an eager embedding, whose DTensor redistribution (an
+    # all-to-all, Shard(2) to Shard(1)) makes the first block's input
+    "tp-sp-compiled-blocks": Case(_torchrun(DIFF / "tp_compiled_blocks.py"), ranks=2),
     "pipeline-gpipe": Case(
         _torchrun(EXAMPLES / "pipeline.py", "--layers", "2", "--steps", "2", "--batch-size", "8"),
         ranks=2,

@@ -25,6 +25,7 @@ from neuronsim import settings as _settings
 
 _tmp_lock = threading.Lock()
 _private_dir: str | None = None
+PRIVATE_DIR_PREFIX = "torch_neuronx_nocache_"  # the temporary directory when nothing persists
 
 
 def cache_enabled() -> bool:
@@ -72,7 +73,7 @@ def cache_dir() -> str:
             )
     with _tmp_lock:
         if _private_dir is None:
-            _private_dir = tempfile.mkdtemp(prefix="torch_neuronx_nocache_")
+            _private_dir = tempfile.mkdtemp(prefix=PRIVATE_DIR_PREFIX)
             atexit.register(shutil.rmtree, _private_dir, True)
         return _private_dir
 

@@ -33,6 +33,12 @@ _COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional")
 # host work keeps its values: a DeviceMesh's rank table, a sampler's permutation, token
 # counts. Larger host tensors (a model built on CPU before it moves) are fake too.
 REAL_HOST_BYTES = 16 << 20
+# DTensor's Shard(i) -> Shard(j): PyTorch's fake kernel narrows a concatenation of the group's
+# inputs, where the real one returns a tensor of its own. So the fake result's storage is the
+# group's size times the result's, and a size-1 batch dimension keeps the concatenation's stride,
+# on which compiled code guards: a compiled layer fed that layout once and the real one after
+# recompiles with dynamic shapes, which DTensor cannot hash.
+_SHARD_DIM_ALLTOALL = torch.ops._dtensor.shard_dim_alltoall.default
 
 
 class DryMode(_tp.TorchDispatchMode):
@@ -72,6 +78,8 @@ class DryMode(_tp.TorchDispatchMode):
             return self._collective(func, args, kwargs)
         if _tp.real_host_args(args, kwargs):
             return self._host_op(func, args, kwargs)
+        if func is _SHARD_DIM_ALLTOALL:
+            return self._after(func, args, kwargs, _shard_dim_alltoall_result(*args, **kwargs))
         return self._after(func, args, kwargs, self._fake_run(func, *self._fakes(args, kwargs), host=False))
 
     def _item(self, func, args, kwargs):
@@ -138,3 +146,15 @@ class DryMode(_tp.TorchDispatchMode):
                 "tensor values, which a dry run does not compute. Run this script without --dry-run, or give "
                 "the op a fixed-size form (e.g. a mask instead of nonzero)."
             ) from e
+
+
+def _shard_dim_alltoall_result(input, gather_dim: int, shard_dim: int, group_name):
+    """The result of ``_dtensor::shard_dim_alltoall`` as the real kernel makes it (fake): a
+    contiguous tensor of its own, `gather_dim` grown and `shard_dim` shrunk by the group's size."""
+    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    group = _resolve_process_group(group_name) if isinstance(group_name, str) else group_name
+    shape = list(input.shape)
+    shape[gather_dim] *= group.size()
+    shape[shard_dim] //= group.size()
+    return torch.empty(shape, dtype=input.dtype, device=input.device)

@@ -34,16 +34,28 @@ _LOADED, _WAITS, _RUNS = 0, 1, 2
 
 
 def _signal_first_forward(fd: int, rank: int, raw_dir: str) -> None:
-    """Tell the parent when the first module forward starts (the rank has loaded), with the process
-    groups it has joined by then (a dry run by classes plans from rank 0's)."""
+    """Tell the parent when the first module forward or compile starts (the rank has loaded), with
+    the process groups it has joined by then (a dry run by classes plans from rank 0's)."""
     import torch
 
-    def hook(module, args):
+    from .._torch_private import on_compile_start
+
+    signalled = []
+
+    def signal(*_):
+        if signalled:
+            return
+        signalled.append(True)
         handle.remove()
         _write_groups(raw_dir, rank)
         os.write(fd, struct.pack("<ii", rank, _LOADED))
 
-    handle = torch.nn.modules.module.register_module_forward_pre_hook(hook)
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(signal)
+    # Dynamo traces global module hooks into the graph of a compiled module (and cannot trace
+    # handle.remove()): a first forward that is compiled signals as its compile starts, in eager
+    # code, before Dynamo reads the hooks. The callback stays (a no-op): removing it while Dynamo
+    # runs its callbacks would skip the next one.
+    on_compile_start(signal)
 
 
 def _write_groups(raw_dir: str, rank: int) -> None:
