@@ -123,29 +123,54 @@ def test_uneven_shards_on_the_last_replica_split_off_that_replica():
     assert sorted((c.members[0], len(c.members)) for c in plan) == [(0, 1), (1, 7), (8, 1008), (1016, 8)]
 
 
-def test_a_failure_ends_the_search_for_its_class():
-    """A failing witness or representative answers the question (the job fails); finding which
-    other members fail would bisect the dimension, runs a 1,024-rank dry run cannot spend."""
+def test_a_failing_witness_splits_off_the_ranks_that_fail():
+    """TP=4 x FSDP=256 where the last FSDP rank's shard is empty and its ranks fail (transformers
+    loading a strided shard): the witness there fails where the representative ran, the class is
+    split at that coordinate like any difference, and the failing part is a class of its own,
+    proven by its witness failing alike: every rank is answered, 4 of them failing."""
+    from torch_neuronx.readiness.launch.by_classes import _step
+
+    mesh = C.infer_mesh(_groups(("mesh_dp", 4, 256), ("mesh_tp", 1, 4), world=1024), 1024)
+    ok = {"collectives": {}, "graphs": [], "ops": {}, "memory": [], "error": []}
+    failing = dict(ok, error=["IndexError"], _error_text=["IndexError: list index out of range"])
+
+    def prints(ranks):
+        return {r: failing if mesh.coords(r)[1] == 255 else ok for r in ranks}
+
+    plan = C.plan(mesh)
+    seen = prints({r for c in plan for r in c.runs})
+    assert any(seen[w]["error"] for c in plan for w in c.witnesses)
+    plan, todo = _step(plan, mesh, seen, C.MAX_RUNS)
+    assert todo  # the parts' representatives and witnesses
+    seen.update(prints(todo))
+    plan, todo = _step(plan, mesh, seen, C.MAX_RUNS)
+    assert todo == [] and all(c.proven for c in plan), [(c.members[:3], c.why) for c in plan]
+    assert sorted(r for c in plan if seen[c.rep]["error"] for r in c.members) == [1020, 1021, 1022, 1023]
+    assert sorted(r for c in plan for r in c.members) == list(range(1024))
+
+
+def test_a_failing_representative_is_answered_by_witnesses_failing_alike():
+    """Ranks stopped by an error differ in what they did before it (a pipeline stage's sends, a
+    loader's threads): a class whose representative and witnesses fail with one error is proven to
+    fail (torchtitan at TP=32 with 8 KV heads: every rank fails in its first forward); a witness
+    that fails otherwise, or runs, leaves it not proven, and it is not split."""
     from torch_neuronx.readiness.launch.by_classes import _step
 
     mesh = C.infer_mesh(_groups(("mesh_dp", 4, 256), ("mesh_tp", 1, 4), world=1024), 1024)
     plan = C.plan(mesh)
     ok = {"collectives": {}, "graphs": [], "ops": {}, "memory": [], "error": []}
-    prints = {r: dict(ok) for c in plan for r in c.runs}
-    failing = max(w for c in plan for w in c.witnesses)
-    prints[failing] = dict(ok, error=["IndexError"], _error_text=["IndexError: list index out of range"])
-    plan, todo = _step(plan, mesh, prints, C.MAX_RUNS)
-    assert todo == []
-    (c,) = [c for c in plan if failing in c.witnesses]
-    assert c.proven is False and f"rank {failing} failed" in c.why and "IndexError" in c.why
-    # a representative that failed ends it too: ranks stopped by the error differ in what they did
-    # before it (torchtitan at TP=32 with 8 KV heads: every rank fails in its first forward)
     prints = {r: dict(ok, error=["RuntimeError"], _error_text=["RuntimeError: shape"]) for c in plan for r in c.runs}
     for r in prints:
         prints[r]["collectives"] = {("allgather", r % 4): 1}
     plan, todo = _step(C.plan(mesh), mesh, prints, C.MAX_RUNS)
-    assert todo == [] and all(c.proven is False for c in plan if c.witnesses)
-    assert all("is not split" in c.why and "RuntimeError" in c.why for c in plan if c.witnesses)
+    assert todo == [] and all(c.proven for c in plan)
+    assert all("failed alike" in c.why and "RuntimeError" in c.why for c in plan if c.witnesses)
+    witness = max(w for c in plan for w in c.witnesses)
+    for other in (dict(ok), dict(ok, error=["IndexError"], _error_text=["IndexError: list"])):
+        prints[witness] = other
+        plan, todo = _step(C.plan(mesh), mesh, prints, C.MAX_RUNS)
+        (c,) = [c for c in plan if witness in c.witnesses]
+        assert todo == [] and c.proven is False and "is not split" in c.why
     # a witness that differs without failing still splits its class (here along tp)
     prints = {r: dict(ok) for c in plan for r in c.runs}
     prints[1020] = dict(ok, ops={("aten::mm", "float32", 4): 1})
@@ -235,3 +260,19 @@ def test_two_ranks_that_fail_alike_on_their_own_cores_have_one_fingerprint():
     assert C.differences(a, b) == [] and a["error"] == ["OutOfMemoryError"]
     assert b["_error_text"] == ["OutOfMemoryError: Neuron out of memory. Tried to allocate 62.62 MiB on neuron:31"]
     assert C.differences(a, dict(a, error=["ValueUnknownError"])) == ["error"]
+
+
+def test_compiled_graphs_of_alike_ranks_on_other_cores_are_alike():
+    """A compiled graph's inputs name the core they are on (neuron:1, neuron:30): two tensor-parallel
+    ranks of one stage compile the same graph on their own cores, which does not split their class."""
+    mesh = C.infer_mesh(_groups(("mesh_tp", 1, 32), world=32), 32)
+
+    def rec(rank):
+        shapes = [[[1, 256, 8192], "bfloat16", f"neuron:{rank}"], "DeviceMesh"]
+        compile_ = types.SimpleNamespace(graphs=[{"graph": "inductor_0", "shapes": shapes}])
+        return types.SimpleNamespace(rank=rank, groups={}, buckets=[], compile=compile_, memory={}, error=None)
+
+    assert not C.differences(C.fingerprint(rec(1), mesh), C.fingerprint(rec(30), mesh))
+    other = rec(30)
+    other.compile.graphs[0]["shapes"][0][0] = [1, 512, 8192]
+    assert C.differences(C.fingerprint(rec(1), mesh), C.fingerprint(other, mesh)) == ["graphs"]

@@ -96,19 +96,12 @@ def _prove(c, mesh, fingerprints: dict) -> tuple | None:
         return None
     for w in c.witnesses:
         differ = _classes.differences(rep, fingerprints[w]) if w in fingerprints else ["its run"]
-        if differ and w in fingerprints and fingerprints[w]["error"] and not rep["error"]:
-            # The job fails: that answer is found. Where among the members the failure starts
-            # would take runs a dry run cannot spend at scale (a bisection of the dimension).
-            c.proven = False
-            c.why = (
-                f"rank {w} failed where rank {c.rep} ran ({fingerprints[w]['_error_text'][0][:160]}); "
-                f"which other members fail is not known: check them with --ranks"
-            )
-            return None
         if differ and rep["error"]:
-            # Likewise when the representative failed: ranks that stopped at the error have done
-            # different parts of their work (a pipeline stage's sends), which says nothing of the
-            # class, and splitting it would run rank after rank that fails the same way.
+            if w in fingerprints and fingerprints[w]["error"] == rep["error"]:
+                # Failed alike: ranks stopped by an error have done different parts of their work
+                # before it (a pipeline stage's sends, a loader's threads), which says nothing
+                # of the class; the error is its answer.
+                continue
             c.proven = False
             c.why = (
                 f"rank {c.rep} failed ({rep['_error_text'][0][:160]}) and rank {w} differs from it in its "
@@ -117,11 +110,22 @@ def _prove(c, mesh, fingerprints: dict) -> tuple | None:
             )
             return None
         if differ:
-            c.why = f"rank {w} differs from rank {c.rep} in its {', '.join(differ)}"
+            # A witness that fails where the representative ran is split off like any difference
+            # (the last replica's empty shard): its part becomes a class that fails, proven by
+            # its own witnesses failing alike, and the rest is answered.
+            failed = w in fingerprints and fingerprints[w]["error"]
+            c.why = (
+                f"rank {w} failed where rank {c.rep} ran ({fingerprints[w]['_error_text'][0][:160]})"
+                if failed
+                else f"rank {w} differs from rank {c.rep} in its {', '.join(differ)}"
+            )
             return _cut(c, mesh, w, fingerprints)
     shown = ", ".join(str(w) for w in c.witnesses)
     c.proven = True
-    c.why = f"rank {c.rep} run; witnesses {shown} alike" if c.witnesses else f"rank {c.rep} run (the only member)"
+    if rep["error"]:
+        c.why = f"rank {c.rep} failed ({rep['_error_text'][0][:160]}); witnesses {shown} failed alike"
+    else:
+        c.why = f"rank {c.rep} run; witnesses {shown} alike" if c.witnesses else f"rank {c.rep} run (the only member)"
     return None
 
 

@@ -28,8 +28,11 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 
 from neuronsim import collectives as _collectives
+
+_CORE = re.compile(r"neuron:\d+")
 
 # Dimensions that change what a rank runs from the start, and whose ranks exchange point-to-point
 # messages a dry run must pass (so it runs them together): a pipeline's stages.
@@ -242,7 +245,8 @@ def fingerprint(rec, mesh: Mesh) -> dict:
             ops[(call.op, call.dtype, call.bytes)] = ops.get((call.op, call.dtype, call.bytes), 0) + n
     return {
         "collectives": collectives,
-        "graphs": sorted(str(g.get("shapes")) for g in rec.compile.graphs),
+        # a graph's inputs name the rank's own core (neuron:30): alike ranks are on other cores
+        "graphs": sorted(_CORE.sub("neuron", str(g.get("shapes"))) for g in rec.compile.graphs),
         "ops": ops,
         "memory": sorted((m.peak_allocated, m.peak_reserved) for m in rec.memory.values()),
         # how the run ended: the exception's type (its message names the rank's own core), and
