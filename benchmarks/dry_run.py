@@ -6,6 +6,7 @@ and common scripts from config-only model directories.
     python benchmarks/dry_run.py --cases 70b --ranks 0,63   # two of its ranks (--ranks of check)
     python benchmarks/dry_run.py --cases trainer-ddp,trainer-fsdp --ranks 0   # common scripts, below
     python benchmarks/dry_run.py --cases 8b-1024,70b-1024   # 1,024-rank jobs, by rank classes
+    python benchmarks/dry_run.py --cases 70b-1024-compiled,8b-1024-tp4   # compiled layers; a layout that fails
 
 Each case writes the public config of the model and a *header-only* checkpoint (safetensors
 files whose headers give every tensor's name, dtype and shape, and whose data is a sparse
@@ -64,6 +65,12 @@ SCRIPTS = {
         "trn1.32xlarge",
         1024,
         lambda w: _torchrun_nodes(32, 32) + [_llama_3d(), "--config", "llama-3.1-70b", "--steps", "1"],
+    ),
+    # the same with each decoder layer compiled (AWS's run is compiled whole by XLA)
+    "70b-1024-compiled": (
+        "trn1.32xlarge",
+        1024,
+        lambda w: _torchrun_nodes(32, 32) + [_llama_3d(), "--config", "llama-3.1-70b", "--steps", "1", "--compile"],
     ),
 }
 

@@ -10,7 +10,8 @@ tokens, 1,024 sequences per step (256 micro-batches of one sequence per pipeline
   rank (the embedding on the first, the final norm and output on the last), ``Schedule1F1B``;
 * FSDP2 (``fully_shard``) over dp, bf16 parameters and fp32 gradient reduction
   (``MixedPrecisionPolicy``), fp32 master weights and AdamW state;
-* activation checkpointing of every decoder layer; synthetic tokens from a seeded generator.
+* activation checkpointing of every decoder layer; synthetic tokens from a seeded generator;
+* ``--compile``: each decoder layer compiled on its own (``torch.compile``, torchtitan's per-block compile).
 
 The device is whatever ``torch.accelerator`` reports (``neuron`` with torch-neuronx, ``cuda`` on
 GPUs). Every weight is drawn on the host from a generator seeded by its name, so every layout trains
@@ -279,6 +280,7 @@ def parse_args():
     p.add_argument("--max-norm", type=float, default=1.0, help="gradient clipping")
     p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16", help="bf16: bf16 compute, fp32 master")
     p.add_argument("--no-checkpointing", action="store_true", help="keep every layer's activations")
+    p.add_argument("--compile", action="store_true", help="torch.compile each decoder layer (per-block)")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args()
 
@@ -319,6 +321,11 @@ def main():
         apply_tp(model, mesh["tp"], cfg)
     model.to_empty(device=device)
     init_weights(model, cfg, args.seed)
+    if args.compile:  # each layer on its own (one graph for all, the layers being alike)
+        for layer in model.layers.values():
+            # inside its checkpoint: PyTorch 2.13 cannot compile checkpoint_wrapper around DTensor
+            # layers (AOTAutograd saves the DeviceMesh among the tensors for backward, and asserts)
+            layer.compile(fullgraph=True)
     if not args.no_checkpointing:
         for name, layer in model.layers.items():
             model.layers[name] = checkpoint_wrapper(layer, preserve_rng_state=False)

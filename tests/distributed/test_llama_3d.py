@@ -1,6 +1,7 @@
 """examples/llama_3d.py: a Llama-3.1 model trained with TP x PP x DP (DTensor tensor and sequence
-parallelism, torch.distributed.pipelining 1F1B, FSDP2) on 8 ranks gives the losses and gradient norms
-of the same model, data and seed on one core; and its model is transformers' LlamaForCausalLM."""
+parallelism, torch.distributed.pipelining 1F1B, FSDP2), eager or with its decoder layers compiled, on
+8 ranks gives the losses and gradient norms of the same model, data and seed on one core; and its
+model is transformers' LlamaForCausalLM."""
 
 import re
 import subprocess
@@ -21,10 +22,10 @@ STEP = re.compile(r"^step (\d+)/\d+  loss ([\d.]+)  grad norm ([\d.]+)", re.M)
 RTOL, ATOL = 1e-5, 1e-6
 
 
-def _run(nproc, tp, pp, dp):
+def _run(nproc, tp, pp, dp, *extra):
     """The example under torchrun; its (loss, grad norm) per step, as the last stage printed them."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
-    cmd += [str(EXAMPLE), *TINY, "--tp", str(tp), "--pp", str(pp), "--dp", str(dp)]
+    cmd += [str(EXAMPLE), *TINY, "--tp", str(tp), "--pp", str(pp), "--dp", str(dp), *extra]
     env = worker_env(TORCH_NEURONX_INSTANCE_TYPE="trn2.48xlarge")  # 8 ranks need 8 cores; the default has 4
     env.pop("TORCH_DISTRIBUTED_DEBUG", None)
     # Generous: 8 ranks share this machine's cores with whatever else runs (about 90 s at load 15).
@@ -44,14 +45,15 @@ def one_core():
 @pytest.mark.multiprocess
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "tp, pp, dp",
+    "tp, pp, dp, extra",
     # 2 x 2 x 2: the key/value heads split over tp as the query heads do; 4 x 2 x 1: more tp ranks than
-    # key/value heads (as Llama-3.1-70B's 8 at TP=32), the example's ReplicatedKV style.
-    [(2, 2, 2), (4, 2, 1)],
-    ids=["tp2-pp2-dp2", "tp4-pp2-dp1"],
+    # key/value heads (as Llama-3.1-70B's 8 at TP=32), the example's ReplicatedKV style; and 2 x 2 x 2
+    # with every decoder layer compiled (its DTensor tensor parallelism inside the compiled code).
+    [(2, 2, 2, ()), (4, 2, 1, ()), (2, 2, 2, ("--compile",))],
+    ids=["tp2-pp2-dp2", "tp4-pp2-dp1", "tp2-pp2-dp2-compiled"],
 )
-def test_llama_3d_losses_equal_one_core(one_core, tp, pp, dp):
-    steps = _run(tp * pp * dp, tp, pp, dp)
+def test_llama_3d_losses_equal_one_core(one_core, tp, pp, dp, extra):
+    steps = _run(tp * pp * dp, tp, pp, dp, *extra)
     for i, ((loss, norm), (ref_loss, ref_norm)) in enumerate(zip(steps, one_core)):
         assert loss == pytest.approx(ref_loss, rel=RTOL, abs=ATOL), (i, steps, one_core)
         assert norm == pytest.approx(ref_norm, rel=RTOL, abs=ATOL), (i, steps, one_core)
