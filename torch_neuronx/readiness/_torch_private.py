@@ -1119,6 +1119,15 @@ def on_compile_start(callback, remove: bool = False) -> None:
         pass
 
 
+def group_size(group) -> int:
+    """The size of a process group, given as a group or by the name functional collectives pass."""
+    if isinstance(group, str):
+        from torch._C._distributed_c10d import _resolve_process_group
+
+        group = _resolve_process_group(group)
+    return group.size()
+
+
 def group_desc(name: str) -> str:
     """The description c10d gave the group named `name` (a DeviceMesh dimension's is
     ``mesh_<dim>``), or "" when it has none (or is gone)."""
@@ -1288,7 +1297,8 @@ PATCH_POINTS = (
     ("higher-order ops' rules by mode class", "let_fake_mode_run", "2.13.0",
      "torch._higher_order_ops.flex_attention:flex_attention.python_key_table"),
     ("a boxed ReduceOp's op() method", "reduce_op_name", "2.13.0", "torch.distributed:ReduceOp.RedOpType"),
-    ("a process group by its name", "group_desc", "2.13.0", "torch._C._distributed_c10d:_resolve_process_group"),
+    ("a process group by its name", "group_desc, group_size", "2.13.0",
+     "torch._C._distributed_c10d:_resolve_process_group"),
     ("Dynamo's compile-start callbacks and counters", "on_compile_start, dynamo_compiled_a_graph", "2.13.0",
      "torch._dynamo.callback:callback_handler.register_start_callback"),
     ("a pipeline schedule's micro-batches, stages and IR", "schedule_facts, set_microbatches", "2.13.0",

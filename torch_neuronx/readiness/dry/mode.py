@@ -151,10 +151,8 @@ class DryMode(_tp.TorchDispatchMode):
 def _shard_dim_alltoall_result(input, gather_dim: int, shard_dim: int, group_name):
     """The result of ``_dtensor::shard_dim_alltoall`` as the real kernel makes it (fake): a
     contiguous tensor of its own, `gather_dim` grown and `shard_dim` shrunk by the group's size."""
-    from torch.distributed.distributed_c10d import _resolve_process_group
-
-    group = _resolve_process_group(group_name) if isinstance(group_name, str) else group_name
+    n = _tp.group_size(group_name)
     shape = list(input.shape)
-    shape[gather_dim] *= group.size()
-    shape[shard_dim] //= group.size()
+    shape[gather_dim] *= n
+    shape[shard_dim] //= n
     return torch.empty(shape, dtype=input.dtype, device=input.device)
