@@ -200,7 +200,7 @@ CASES = {
         ranks=2,
     ),
     # compiled in place: the run's first module call is compiled code, hooks and all
-    "compiled-module-ddp": Case(
+    "compiled-module-data-parallel": Case(
         _torchrun(DIFF / "compiled_module.py"),
         ranks=2,
         differs={"peak_memory": _compiled_graphs_run_op_by_op},
