@@ -7,6 +7,7 @@ and common scripts from config-only model directories.
     python benchmarks/dry_run.py --cases trainer-ddp,trainer-fsdp --ranks 0   # common scripts, below
     python benchmarks/dry_run.py --cases 8b-1024,70b-1024   # 1,024-rank jobs, by rank classes
     python benchmarks/dry_run.py --cases 70b-1024-compiled,8b-1024-tp4   # compiled layers; a layout that fails
+    python benchmarks/dry_run.py --cases 70b-1024-selective   # AWS's selective activation checkpointing
 
 Each case writes the public config of the model and a *header-only* checkpoint (safetensors
 files whose headers give every tensor's name, dtype and shape, and whose data is a sparse
@@ -71,6 +72,13 @@ SCRIPTS = {
         "trn1.32xlarge",
         1024,
         lambda w: _torchrun_nodes(32, 32) + [_llama_3d(), "--config", "llama-3.1-70b", "--steps", "1", "--compile"],
+    ),
+    # the same with AWS's selective checkpointing: projections kept, attention's core and the gathers recomputed
+    "70b-1024-selective": (
+        "trn1.32xlarge",
+        1024,
+        lambda w: _torchrun_nodes(32, 32)
+        + [_llama_3d(), "--config", "llama-3.1-70b", "--steps", "1", "--checkpointing", "selective"],
     ),
 }
 

@@ -25,8 +25,9 @@ NeuronX Distributed's Llama-3.1-70B pre-training script
 (examples/training/llama/tp_pp_llama_hf_pretrain/run_llama3_70B_tp_pp.sh: TP=32 with sequence
 parallelism, PP=8, 32 nodes so DP=4, sequence 8192, global batch 1024 split into 256
 micro-batches of one sequence per replica, ZeRO-1, selective checkpointing, flash attention,
-fused QKV, KV heads replicated 4x); the figures are those of the Neuron performance pages
-(trn1, Neuron 2.13-2.15 for BERT).
+fused QKV, KV heads replicated 4x), reproduced by examples/llama_3d.py (PyTorch's own APIs: DTensor
+tensor and sequence parallelism, torch.distributed.pipelining's 1F1B, FSDP2 instead of ZeRO-1);
+the figures are those of the Neuron performance pages (trn1, Neuron 2.13-2.15 for BERT).
 """
 
 from __future__ import annotations
@@ -249,113 +250,63 @@ def bert2_row(recs: list) -> dict:
 
 
 # -- Llama-3.1-70B pre-training, TP=32 x PP=8 x DP=4 on 32 trn1.32xlarge --------------------
-LLAMA70B = dict(
-    hidden_size=8192,
-    intermediate_size=28672,
-    num_hidden_layers=80,
-    num_attention_heads=64,
-    num_key_value_heads=8,
-    kv_replicator=4,
-    vocab_size=128256,
-    rope_theta=500000.0,
-)
 LLAMA_RUN = dict(tp=32, pp=8, dp=4, seq=8192, global_batch=1024, aws=7.94)
-_STAGE_KINDS = (0, 1, LLAMA_RUN["pp"] - 1)  # the first, a middle and the last stage (the middle ones are alike)
-
-
-def record_llama_stage(index: int) -> dict:
-    """Tensor-parallel rank 0 of pipeline stage `index`, a dry run at full size: three
-    micro-batches (forward and backward, the last two accumulating into the gradients, as all
-    but the first of a step do), each in its own region so the estimate times each on its own,
-    then the ZeRO-1 AdamW step over this rank's quarter of its stage's fp32 parameters (the
-    DP=4 shard)."""
-    import torch
-    import torch.distributed as dist
-    from _tp_llama import Stage
-
-    import torch_neuronx
-    from torch_neuronx.readiness import region
-
-    run = LLAMA_RUN
-    with torch_neuronx.readiness(dry_run=True, instance="trn1.32xlarge") as r:
-        dist.init_process_group("neuron", rank=0, world_size=run["tp"], store=dist.HashStore())
-        stage = Stage(LLAMA70B, run["tp"], index, run["pp"], dist.group.WORLD).to("neuron")
-        # compiled whole by XLA and neuronx-cc in AWS's run: a compiled graph here as well
-        run_stage = torch.compile(stage, backend="neuron")
-        pos = torch.arange(run["seq"], device="neuron")
-        for i in range(3):
-            with region(f"micro-batch {i + 1}"):
-                labels = torch.randint(0, LLAMA70B["vocab_size"], (run["seq"],), device="neuron")
-                if index == 0:
-                    x = torch.randint(0, LLAMA70B["vocab_size"], (run["seq"],), device="neuron")
-                else:
-                    shard = (run["seq"] // run["tp"], LLAMA70B["hidden_size"])
-                    x = torch.randn(shard, device="neuron", dtype=torch.bfloat16, requires_grad=True)
-                with torch.autocast("neuron", dtype=torch.bfloat16):
-                    out = run_stage(x, pos, labels)
-                out.backward() if out.dim() == 0 else out.backward(torch.randn_like(out))
-        numel = sum(p.numel() for p in stage.parameters()) // run["dp"]
-        with region("optimizer step"):
-            shard = torch.nn.Parameter(torch.zeros(numel, device="neuron"))
-            shard.grad = torch.zeros_like(shard)
-            torch.optim.AdamW([shard], foreach=True).step()
-        dist.destroy_process_group()
-    rec = r.recording.for_estimate()
-    rec.extra.update(stage_params=numel * run["dp"], index=index)
-    return rec
+# examples/llama_3d.py's defaults are AWS's layout and batch; AWS's run checkpoints selectively
+LLAMA_SCRIPT = ["--config", "llama-3.1-70b", "--steps", "1", "--checkpointing", "selective"]
 
 
 def record_llama() -> list:
-    return [record_llama_stage(i) for i in _STAGE_KINDS]
+    """examples/llama_3d.py in AWS's layout, dry-run whole as a user runs it (``torch-neuronx check
+    --dry-run -- torchrun --nnodes 32 --nproc-per-node 32 ...``: the 1,024 ranks by rank classes):
+    the recording of each class's representative, with its class's size in ``extra``."""
+    import subprocess
+    import tempfile
 
+    from torch_neuronx.readiness import Recording
 
-def _stage_terms(rec, model) -> tuple:
-    """(seconds of one steady micro-batch with its activation transfers, seconds of the optimizer
-    step with ZeRO-1's collectives over DP, matmul FLOPs of a micro-batch) of one stage's
-    tensor-parallel rank."""
     run = LLAMA_RUN
-    steady = model.bucket(rec, rec.region("micro-batch 3"))
-    micro, opt = steady.seconds, model.bucket(rec, rec.region("optimizer step")).seconds
-    # A stage's activations (and their gradients) go to the next stage's rank on another
-    # instance (TP=32 fills one): each micro-batch sends/receives one sequence shard in bf16
-    # per neighbour and direction, none overlapped with compute.
-    act = run["seq"] // run["tp"] * LLAMA70B["hidden_size"] * 2
-    neighbours = 1 if rec.extra["index"] in (0, run["pp"] - 1) else 2
-    micro += 2 * neighbours * model.collective_seconds("send", act, 2, instances=2)
-    # ZeRO-1 over the DP group (one rank per replica, on 4 instances): reduce-scatter of the fp32
-    # gradients, all-gather of the updated fp32 parameters.
-    nbytes = rec.extra["stage_params"] * 4
-    for name in ("reduce_scatter_tensor", "all_gather_into_tensor"):
-        opt += model.collective_seconds(name, nbytes, run["dp"], instances=run["dp"])
-    return micro, opt, steady.tensor_flops
+    nodes, per_node = run["pp"] * run["dp"], run["tp"]  # tp fills a trn1.32xlarge's 32 cores
+    script = os.path.join(os.path.dirname(HERE), "examples", "llama_3d.py")
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "report")
+        cmd = [sys.executable, "-m", "torch_neuronx.cli", "check", "--dry-run", "--instance", "trn1.32xlarge"]
+        cmd += ["--out", out, "--", "torchrun", "--nnodes", str(nodes), "--nproc-per-node", str(per_node), script]
+        subprocess.run(cmd + LLAMA_SCRIPT, env=dict(os.environ, HF_HUB_OFFLINE="1"), check=True)
+        with open(os.path.join(out, "report.json")) as f:
+            report = json.load(f)
+        recs = []
+        for c in report["classes"]["classes"]:
+            with open(os.path.join(out, "recordings", f"rank{c['rep']}.json")) as f:
+                rec = Recording.from_json(f.read()).for_estimate()
+            rec.extra.update(class_size=c["size"])
+            recs.append(rec)
+    return recs
 
 
 def llama_row(recs: list) -> dict:
-    """Llama-3.1-70B pre-training row from its stages' recordings."""
+    """Llama-3.1-70B pre-training row from its classes' recordings: the step time the dry run's
+    report gives (the slowest rank's, on the 1F1B schedule's critical path), and the whole job's
+    matmul FLOPs (each class's representative's, times the class's size)."""
     from torch_neuronx.readiness import TimeModel
 
     run = LLAMA_RUN
     model = TimeModel("trn1", 1, "trn1.32xlarge", recs[0].fp32_precision)
-    terms = {rec.extra["index"]: _stage_terms(rec, model) for rec in recs}
-    # stages 1 to PP-2 hold the same layers and run the same ops: one recording stands for all
-    kinds = [
-        terms[_STAGE_KINDS[0] if i == 0 else _STAGE_KINDS[2] if i == run["pp"] - 1 else _STAGE_KINDS[1]]
-        for i in range(run["pp"])
-    ]
-    micro = run["global_batch"] // run["dp"]
-    step = model.pipeline_seconds([k[0] for k in kinds], micro) + max(k[1] for k in kinds)
-    per_micro = sum(sum(k[2].values()) for k in kinds)
-    flops = per_micro * run["tp"] * micro * run["dp"]
+    step = model.estimate(recs).step_seconds
+    flops = sum(r.extra["class_size"] * sum(model.estimate([r]).tensor_flops.values()) for r in recs)
+    ranks = run["tp"] * run["pp"] * run["dp"]
+    if sum(r.extra["class_size"] for r in recs) != ranks:
+        raise ValueError(f"the classes' recordings cover {sum(r.extra['class_size'] for r in recs)} of {ranks} ranks")
     return _row(
         "Llama-3.1-70B pre-training throughput",
         "32 x trn1.32xlarge, TP=32 x PP=8 x DP=4, seq 8192, global batch 1024 (256 micro-batches of 1), "
-        "BF16 autocast, ZeRO-1 fp32 AdamW",
+        "BF16 parameters, FSDP2 with fp32 master weights and AdamW, selective activation checkpointing, eager "
+        "(AWS: NxD, compiled; estimate: examples/llama_3d.py, all 1,024 ranks by rank classes in a dry run)",
         run["aws"],
         run["global_batch"] / step,
         "seq/s",
         flops,
         run["global_batch"] / run["aws"],
-        run["tp"] * run["pp"] * run["dp"],
+        ranks,
         run["tp"],
     )
 
@@ -368,11 +319,13 @@ def _save(directory: str | None, name: str, recs: list) -> None:
             f.write("[" + ",\n".join(r.to_json() for r in recs) + "]")
 
 
-def load(path: str) -> list:
-    """The recordings `--save` wrote to `path`."""
+def load(path) -> list:
+    """The recordings `--save` wrote to `path` (gzip-compressed if it ends in .gz)."""
+    import gzip
+
     from torch_neuronx.readiness import Recording
 
-    with open(path) as f:
+    with (gzip.open if str(path).endswith(".gz") else open)(path, "rt") as f:
         return [Recording.from_json(d) for d in json.load(f)]
 
 

@@ -10,7 +10,9 @@ tokens, 1,024 sequences per step (256 micro-batches of one sequence per pipeline
   rank (the embedding on the first, the final norm and output on the last), ``Schedule1F1B``;
 * FSDP2 (``fully_shard``) over dp, bf16 parameters and fp32 gradient reduction
   (``MixedPrecisionPolicy``), fp32 master weights and AdamW state;
-* activation checkpointing of every decoder layer; synthetic tokens from a seeded generator;
+* activation checkpointing of every decoder layer (``--checkpointing``: ``full`` recomputes the whole layer,
+  ``selective`` keeps the projections' outputs and recomputes the rest, as NxD's selective checkpointing and
+  Megatron's sequence parallelism do); synthetic tokens from a seeded generator;
 * ``--compile``: each decoder layer compiled on its own (``torch.compile``, torchtitan's per-block compile).
 
 The device is whatever ``torch.accelerator`` reports (``neuron`` with torch-neuronx, ``cuda`` on
@@ -25,6 +27,7 @@ the same model on the same data, one core included:
 
 import argparse
 import contextlib
+import functools
 import math
 import os
 import time
@@ -48,6 +51,7 @@ from torch.distributed.tensor.parallel import (
     loss_parallel,
     parallelize_module,
 )
+from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 from transformers import LlamaConfig
 
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
@@ -247,6 +251,34 @@ def init_weights(model, cfg, seed):
     model.rope.copy_(rope_table(cfg, model.rope.shape[1]))
 
 
+def keep_projections(ctx, op, *args, **kwargs):
+    """The policy of ``--checkpointing selective`` (PyTorch's selective activation checkpointing): keep the
+    outputs of the matmuls that read the gathered sequence (q, k, v, gate, up), recompute everything else in
+    the backward: the sequence all-gathers (Megatron's sequence parallelism gathers again rather than keep the
+    whole sequence), attention's core (NxD's selective checkpointing) and the element-wise ops. A row-parallel
+    projection's output (o_proj, down_proj: partial sums over tp, the whole sequence wide) is not kept; the
+    recomputation stops before it, at the last tensor the backward needs."""
+    out = ctx.op_output
+    partial = isinstance(out, DTensor) and any(p.is_partial() for p in out.placements)
+    keep = op in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default) and not partial
+    return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def apply_checkpointing(model, mode):
+    """Activation checkpointing of every decoder layer: "full" recomputes the layer in the backward; "selective"
+    checkpoints attention and MLP apart, with `keep_projections` as the policy, so that each recomputation ends
+    at the block's last projection's input; "none" keeps every activation."""
+    if mode == "full":
+        for name, layer in model.layers.items():
+            model.layers[name] = checkpoint_wrapper(layer, preserve_rng_state=False)
+    elif mode == "selective":
+        context_fn = functools.partial(create_selective_checkpoint_contexts, keep_projections)
+        for layer in model.layers.values():
+            for name in ("self_attn", "mlp"):
+                block = checkpoint_wrapper(getattr(layer, name), preserve_rng_state=False, context_fn=context_fn)
+                setattr(layer, name, block)
+
+
 def clip_grad_norm_(params, max_norm, pp_group):
     """torch.nn.utils.clip_grad_norm_ over all stages: the norm of DTensor gradients covers dp and tp,
     the stages' norms are summed over pp."""
@@ -279,7 +311,9 @@ def parse_args():
     p.add_argument("--lr", type=float, default=1.5e-4)
     p.add_argument("--max-norm", type=float, default=1.0, help="gradient clipping")
     p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16", help="bf16: bf16 compute, fp32 master")
-    p.add_argument("--no-checkpointing", action="store_true", help="keep every layer's activations")
+    p.add_argument("--checkpointing", choices=["full", "selective", "none"], default="full",
+                   help="activation checkpointing of each decoder layer: recompute all of it (default), all but "
+                        "the projections' outputs (keep_projections; eager only), or none")  # fmt: skip
     p.add_argument("--compile", action="store_true", help="torch.compile each decoder layer (per-block)")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args()
@@ -301,6 +335,9 @@ def main():
         (args.seq % tp == 0, f"sequence parallelism needs --seq a multiple of tp {tp}"),
         (per_replica % args.micro_batch == 0 and n_micro >= args.pp, "1F1B needs pp or more micro-batches per replica"),
         (not cfg.tie_word_embeddings, "tied embeddings are not supported (they live on the first and last stages)"),
+        (not (args.compile and args.checkpointing == "selective"), "--compile needs --checkpointing full or none: "
+         "PyTorch 2.13 cannot compile through a selective checkpoint of DTensor layers (AOTAutograd saves the "
+         "DeviceMesh among the tensors for the backward)"),
     ]:  # fmt: skip
         if not ok:
             raise SystemExit(f"llama_3d.py: {message}")
@@ -326,9 +363,7 @@ def main():
             # inside its checkpoint: PyTorch 2.13 cannot compile checkpoint_wrapper around DTensor
             # layers (AOTAutograd saves the DeviceMesh among the tensors for backward, and asserts)
             layer.compile(fullgraph=True)
-    if not args.no_checkpointing:
-        for name, layer in model.layers.items():
-            model.layers[name] = checkpoint_wrapper(layer, preserve_rng_state=False)
+    apply_checkpointing(model, args.checkpointing)
     # FSDP2 over dp; reshard_after_forward=False keeps a stage's parameters gathered between the
     # micro-batches of a step (torchtitan's choice with pipelining).
     mp = MixedPrecisionPolicy()  # fp32
@@ -351,7 +386,7 @@ def main():
         print(f"llama_3d.py: {size} parameters ({cfg.num_hidden_layers} layers, hidden "
               f"{cfg.hidden_size}, {cfg.num_attention_heads} heads, {cfg.num_key_value_heads} kv heads, vocab "
               f"{cfg.vocab_size}); TP {args.tp} x PP {args.pp} x DP {args.dp} on {device_type}; {n_micro} "
-              f"micro-batches of {args.micro_batch} x {args.seq} tokens per replica and step; {args.precision}",
+              f"micro-batches of {args.micro_batch} x {args.seq} tokens per replica and step; {args.precision}, {args.checkpointing} checkpointing",
               flush=True)  # fmt: skip
 
     data = torch.Generator().manual_seed(args.seed)  # the same global batches for every layout

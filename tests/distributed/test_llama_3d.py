@@ -1,7 +1,7 @@
 """examples/llama_3d.py: a Llama-3.1 model trained with TP x PP x DP (DTensor tensor and sequence
 parallelism, torch.distributed.pipelining 1F1B, FSDP2), eager or with its decoder layers compiled, on
-8 ranks gives the losses and gradient norms of the same model, data and seed on one core; and its
-model is transformers' LlamaForCausalLM."""
+8 ranks gives the losses and gradient norms of the same model, data and seed on one core; its
+checkpointing modes recompute what they say; and its model is transformers' LlamaForCausalLM."""
 
 import re
 import subprocess
@@ -47,10 +47,11 @@ def one_core():
 @pytest.mark.parametrize(
     "tp, pp, dp, extra",
     # 2 x 2 x 2: the key/value heads split over tp as the query heads do; 4 x 2 x 1: more tp ranks than
-    # key/value heads (as Llama-3.1-70B's 8 at TP=32), the example's ReplicatedKV style; and 2 x 2 x 2
-    # with every decoder layer compiled (its DTensor tensor parallelism inside the compiled code).
-    [(2, 2, 2, ()), (4, 2, 1, ()), (2, 2, 2, ("--compile",))],
-    ids=["tp2-pp2-dp2", "tp4-pp2-dp1", "tp2-pp2-dp2-compiled"],
+    # key/value heads (as Llama-3.1-70B's 8 at TP=32), the example's ReplicatedKV style, with selective
+    # checkpointing (AWS's); and 2 x 2 x 2 with every decoder layer compiled (its DTensor tensor
+    # parallelism inside the compiled code). The others checkpoint whole layers.
+    [(2, 2, 2, ()), (4, 2, 1, ("--checkpointing", "selective")), (2, 2, 2, ("--compile",))],
+    ids=["tp2-pp2-dp2", "tp4-pp2-dp1-selective", "tp2-pp2-dp2-compiled"],
 )
 def test_llama_3d_losses_equal_one_core(one_core, tp, pp, dp, extra):
     steps = _run(tp * pp * dp, tp, pp, dp, *extra)
@@ -78,3 +79,59 @@ def test_llama_3d_model_is_transformers_llama():
     x = torch.randint(cfg.vocab_size, (2, 32), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         torch.testing.assert_close(model(x), hf(x).logits, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "mode, recomputed",
+    # per layer, in the backward: "full" runs the layer's forward again up to its last saved input (all but
+    # down_proj's matmul); "selective" keeps q, k, v, gate and up, and recomputes the sequence all-gathers and
+    # attention's core, stopping before o_proj and down_proj, whose outputs (partial sums) it does not keep.
+    [("full", {"mm": 6, "attention": 1, "all_gather": 2, "reduce_scatter": 1}),
+     ("selective", {"mm": 0, "attention": 1, "all_gather": 2, "reduce_scatter": 0}),
+     ("none", {"mm": 0, "attention": 0, "all_gather": 0, "reduce_scatter": 0})],
+)  # fmt: skip
+def test_llama_3d_checkpointing_recomputes_what_its_mode_says(mode, recomputed):
+    """One decoder layer at TP=2 with sequence parallelism (a fake process group of two ranks, in this
+    process): the ops its backward runs again, per --checkpointing mode."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from transformers import LlamaConfig
+
+    ex = load_example("llama_3d")
+    cfg = LlamaConfig(**ex.PRESETS["tiny"])
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = {k: 0 for k in recomputed}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            for key, pattern in [("mm", "mm"), ("attention", "_scaled_dot_product_flash_attention_for_cpu"),
+                                 ("all_gather", "all_gather_into_tensor"), ("reduce_scatter", "reduce_scatter_tensor")]:  # fmt: skip
+                self.calls[key] += name == pattern
+            return func(*args, **(kwargs or {}))
+
+    torch.distributed.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("tp",))
+        model = ex.Llama(cfg, seq_len=32)
+        model.embed_tokens = model.lm_head = model.norm = None
+        del model.layers["1"], model.layers["2"], model.layers["3"]
+        ex.apply_tp(model, mesh, cfg)
+        ex.init_weights(model, cfg, seed=0)
+        ex.apply_checkpointing(model, mode)
+        x = torch.randn(1, 16, cfg.hidden_size, requires_grad=True)  # this rank's half of 32 positions
+        forward, backward = Count(), Count()
+        with forward:
+            out = model(x)
+        with backward:
+            out.sum().backward()
+    finally:
+        torch.distributed.destroy_process_group()
+    # the forward: q, k, v, o, gate, up, down; two gathers and two reduce-scatters around attention and MLP
+    assert forward.calls == {"mm": 7, "attention": 1, "all_gather": 2, "reduce_scatter": 2}
+    # the backward's own: two matmuls per projection, attention's backward, the collectives' adjoints
+    own = {"mm": 14, "attention": 0, "all_gather": 2, "reduce_scatter": 2}
+    assert backward.calls == {k: own[k] + recomputed[k] for k in own}
