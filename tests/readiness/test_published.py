@@ -1,11 +1,11 @@
 """The estimates of AWS's published training figures (benchmarks/published.py), pinned.
 
 Each configuration's recording at real size (written by ``python benchmarks/published.py
---save DIR``; copied to tests/readiness/data/published_<row>.json) is estimated again here, so
-that a change to the time model or the hardware table that moves a row is seen: update the pin
-and the table in docs/benchmarks.md together. The model terms the rows need (the pipeline
-schedule, collectives between instances, attention on the Tensor Engine, compiled graphs in a
-dry run) are checked against values computed here.
+--save DIR``; copied to tests/readiness/data/published_<row>.json, or .json.gz compressed) is
+estimated again here, so that a change to the time model or the hardware table that moves a
+row is seen: update the pin and the table in docs/benchmarks.md together. The model terms the
+rows need (the pipeline schedule, collectives between instances, attention on the Tensor Engine,
+compiled graphs in a dry run) are checked against values computed here.
 """
 
 import sys
