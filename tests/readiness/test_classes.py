@@ -276,3 +276,28 @@ def test_compiled_graphs_of_alike_ranks_on_other_cores_are_alike():
     other = rec(30)
     other.compile.graphs[0]["shapes"][0][0] = [1, 512, 8192]
     assert C.differences(C.fingerprint(rec(1), mesh), C.fingerprint(other, mesh)) == ["graphs"]
+
+
+def test_groups_of_one_kind_are_compared_by_their_work_not_their_names():
+    """torchtitan builds three meshes, each with a pp group of its own; a rank sends on one of them.
+    Group names number the groups in the order the job made them ("1", "1409", "2753" on rank 0;
+    "2", "1410", "2754" on rank 1), and sort apart as strings: two ranks doing the same work are alike
+    however their groups are named, and unlike when their work differs."""
+    mesh = C.infer_mesh(_groups(("mesh_tp", 1, 8), ("mesh_pp", 128, 8), world=1024), 1024)
+
+    def rec(rank, names, sends=1):
+        entry = types.SimpleNamespace(op="send", dtype="bfloat16", reduce_op=None, agreed=[4 << 20], peer=rank + 128)
+        groups = {
+            n: types.SimpleNamespace(name=n, desc="mesh_pp", ranks=list(range(rank, 1024, 128)),
+                                     entries=[entry] * sends if i == 0 else [])
+            for i, n in enumerate(names)
+        }  # fmt: skip
+        compile_ = types.SimpleNamespace(graphs=[])
+        return types.SimpleNamespace(rank=rank, groups=groups, buckets=[], compile=compile_, memory={}, error=None)
+
+    a, b = rec(0, ["1", "1409", "2753"]), rec(1, ["2", "1410", "2754"])
+    assert sorted(b.groups)[0] == "1410"  # the group rank 1 sends on sorts second by name
+    assert C.differences(C.fingerprint(a, mesh), C.fingerprint(b, mesh)) == []
+    assert C.differences(C.fingerprint(a, mesh), C.fingerprint(rec(1, ["2", "1410", "2754"], sends=2), mesh)) == [
+        "collectives"
+    ]

@@ -230,7 +230,9 @@ def fingerprint(rec, mesh: Mesh) -> dict:
     collectives in order (canonical op, dtype, reduce op, agreed sizes, and a peer as an offset);
     the compiled graphs; every op's calls; each core's peak memory; how the run ended."""
     collectives = {}
-    for g in sorted(rec.groups.values(), key=lambda g: (g.desc, len(g.ranks), g.name)):
+    for g in rec.groups.values():
+        if not g.entries:  # made, never used (torchtitan builds three meshes, each with a pp group)
+            continue
         key = (g.desc or f"{len(g.ranks)} ranks", len(g.ranks))
         collectives.setdefault(key, []).append(
             tuple(
@@ -239,6 +241,10 @@ def fingerprint(rec, mesh: Mesh) -> dict:
                 for e in g.entries
             )
         )  # fmt: skip
+    # Groups of one description and size in an order of their work, not of their names: names number
+    # the groups in the order the job made them, so a rank's own group of a kind is named apart from
+    # its neighbour's, and names sort as strings ("1410" before "2").
+    collectives = {k: sorted(v, key=repr) for k, v in collectives.items()}
     ops = {}
     for b in rec.buckets:
         for call, n in b.ops.items():
