@@ -150,6 +150,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     auto c = runtime().memory(static_cast<int>(device));
     return std::make_pair(c.allocated_current, c.reserved_current);
   });
+  // (allocated, reserved) peaks since the last reset, as cheaply: a recording folds them in at
+  // each sample, so a script's own reset of the peaks does not hide the run's peak from it.
+  m.def("_memory_peaks", [](int64_t device) {
+    check_device_index(device);
+    auto c = runtime().memory(static_cast<int>(device));
+    return std::make_pair(c.allocated_peak, c.reserved_peak);
+  });
   m.def("_fallback_reason", [](const std::string& op, const std::vector<at::ScalarType>& dtypes) {
     const char* odd = nullptr;
     for (auto t : dtypes)
