@@ -3,6 +3,7 @@ parallelism, torch.distributed.pipelining 1F1B, FSDP2), eager or with its decode
 8 ranks gives the losses and gradient norms of the same model, data and seed on one core; its
 checkpointing modes recompute what they say; and its model is transformers' LlamaForCausalLM."""
 
+import json
 import re
 import subprocess
 import sys
@@ -81,6 +82,63 @@ def test_llama_3d_model_is_transformers_llama():
         torch.testing.assert_close(model(x), hf(x).logits, rtol=1e-5, atol=1e-5)
 
 
+# One decoder layer of the tiny model at TP=2 with sequence parallelism, a fake process group of two
+# ranks in a fresh interpreter (a process group of its own): the calls of the matmuls, attention and
+# sequence collectives in its forward and in its backward, per --checkpointing mode.
+_COUNT = """
+import json, sys, torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.testing._internal.distributed.fake_pg import FakeStore
+from torch.utils._python_dispatch import TorchDispatchMode
+from transformers import LlamaConfig
+sys.path.insert(0, sys.argv[1])
+from helpers import load_example
+
+PATTERNS = {"mm": "mm", "attention": "_scaled_dot_product_flash_attention_for_cpu",
+            "all_gather": "all_gather_into_tensor", "reduce_scatter": "reduce_scatter_tensor"}
+
+class Count(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.calls = dict.fromkeys(PATTERNS, 0)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        for key, name in PATTERNS.items():
+            self.calls[key] += func.overloadpacket.__name__ == name
+        return func(*args, **(kwargs or {}))
+
+ex = load_example("llama_3d")
+cfg = LlamaConfig(**ex.PRESETS["tiny"])
+torch.distributed.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("tp",))
+out = {}
+for mode in ("full", "selective", "none"):
+    model = ex.Llama(cfg, seq_len=32)
+    model.embed_tokens = model.lm_head = model.norm = None
+    del model.layers["1"], model.layers["2"], model.layers["3"]
+    ex.apply_tp(model, mesh, cfg)
+    ex.init_weights(model, cfg, seed=0)
+    ex.apply_checkpointing(model, mode)
+    x = torch.randn(1, 16, cfg.hidden_size, requires_grad=True)  # this rank's half of 32 positions
+    forward, backward = Count(), Count()
+    with forward:
+        y = model(x)
+    with backward:
+        y.sum().backward()
+    out[mode] = [forward.calls, backward.calls]
+torch.distributed.destroy_process_group()
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def recomputation():
+    r = subprocess.run([sys.executable, "-c", _COUNT, str(REPO / "tests")], capture_output=True, text=True,
+                       env=worker_env(), timeout=600)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.parametrize(
     "mode, recomputed",
     # per layer, in the backward: "full" runs the layer's forward again up to its last saved input (all but
@@ -90,48 +148,12 @@ def test_llama_3d_model_is_transformers_llama():
      ("selective", {"mm": 0, "attention": 1, "all_gather": 2, "reduce_scatter": 0}),
      ("none", {"mm": 0, "attention": 0, "all_gather": 0, "reduce_scatter": 0})],
 )  # fmt: skip
-def test_llama_3d_checkpointing_recomputes_what_its_mode_says(mode, recomputed):
-    """One decoder layer at TP=2 with sequence parallelism (a fake process group of two ranks, in this
-    process): the ops its backward runs again, per --checkpointing mode."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from transformers import LlamaConfig
-
-    ex = load_example("llama_3d")
-    cfg = LlamaConfig(**ex.PRESETS["tiny"])
-
-    class Count(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.calls = {k: 0 for k in recomputed}
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            name = func.overloadpacket.__name__
-            for key, pattern in [("mm", "mm"), ("attention", "_scaled_dot_product_flash_attention_for_cpu"),
-                                 ("all_gather", "all_gather_into_tensor"), ("reduce_scatter", "reduce_scatter_tensor")]:  # fmt: skip
-                self.calls[key] += name == pattern
-            return func(*args, **(kwargs or {}))
-
-    torch.distributed.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
-    try:
-        mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("tp",))
-        model = ex.Llama(cfg, seq_len=32)
-        model.embed_tokens = model.lm_head = model.norm = None
-        del model.layers["1"], model.layers["2"], model.layers["3"]
-        ex.apply_tp(model, mesh, cfg)
-        ex.init_weights(model, cfg, seed=0)
-        ex.apply_checkpointing(model, mode)
-        x = torch.randn(1, 16, cfg.hidden_size, requires_grad=True)  # this rank's half of 32 positions
-        forward, backward = Count(), Count()
-        with forward:
-            out = model(x)
-        with backward:
-            out.sum().backward()
-    finally:
-        torch.distributed.destroy_process_group()
+def test_llama_3d_checkpointing_recomputes_what_its_mode_says(recomputation, mode, recomputed):
+    """One decoder layer at TP=2 with sequence parallelism: the ops its backward runs again, per
+    --checkpointing mode."""
+    forward, backward = recomputation[mode]
     # the forward: q, k, v, o, gate, up, down; two gathers and two reduce-scatters around attention and MLP
-    assert forward.calls == {"mm": 7, "attention": 1, "all_gather": 2, "reduce_scatter": 2}
+    assert forward == {"mm": 7, "attention": 1, "all_gather": 2, "reduce_scatter": 2}
     # the backward's own: two matmuls per projection, attention's backward, the collectives' adjoints
     own = {"mm": 14, "attention": 0, "all_gather": 2, "reduce_scatter": 2}
-    assert backward.calls == {k: own[k] + recomputed[k] for k in own}
+    assert backward == {k: own[k] + recomputed[k] for k in own}
