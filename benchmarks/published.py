@@ -293,9 +293,9 @@ def llama_row(recs: list) -> dict:
     model = TimeModel("trn1", 1, "trn1.32xlarge", recs[0].fp32_precision)
     step = model.estimate(recs).step_seconds
     flops = sum(r.extra["class_size"] * sum(model.estimate([r]).tensor_flops.values()) for r in recs)
-    ranks = run["tp"] * run["pp"] * run["dp"]
-    if sum(r.extra["class_size"] for r in recs) != ranks:
-        raise ValueError(f"the classes' recordings cover {sum(r.extra['class_size'] for r in recs)} of {ranks} ranks")
+    ranks, covered = run["tp"] * run["pp"] * run["dp"], sum(r.extra["class_size"] for r in recs)
+    if covered != ranks:
+        raise ValueError(f"the classes' recordings cover {covered} of {ranks} ranks")
     return _row(
         "Llama-3.1-70B pre-training throughput",
         "32 x trn1.32xlarge, TP=32 x PP=8 x DP=4, seq 8192, global batch 1024 (256 micro-batches of 1), "
