@@ -89,3 +89,40 @@ def full_logits(model, ids):
     with torch.no_grad():
         out = model(input_ids=ids).logits
     return (out.full_tensor() if isinstance(out, DTensor) else out).float().cpu()
+
+
+def titan_assets(root: Path, copies: int = 1) -> None:
+    """The tokenizer and dataset torchtitan reads from its repository (tests/assets/tokenizer and
+    tests/assets/c4_test under `root`): a byte-level BPE trained on a few hundred lines of text,
+    and those lines `copies` times over (torchtitan gives each data-parallel rank a contiguous
+    share of the lines, so with as many copies as ranks every rank reads the same text)."""
+    import json
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|pad|>"]
+    words = "the model trains on neuron with fully sharded data parallel and tensor parallel layouts".split()
+    lines = [" ".join(words[(i + j) % len(words)] for j in range(40)) for i in range(200)]
+    data = root / "tests" / "assets" / "c4_test"
+    data.mkdir(parents=True)
+    (data / "data.json").write_text("".join(json.dumps({"text": t}) + "\n" for t in lines) * copies)
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=300, special_tokens=specials))
+    tdir = root / "tests" / "assets" / "tokenizer"
+    tdir.mkdir(parents=True)
+    tok.save(str(tdir / "tokenizer.json"))
+    config = {"bos_token": specials[0], "eos_token": specials[1], "pad_token": specials[2]}
+    (tdir / "tokenizer_config.json").write_text(json.dumps(config))
+
+
+def titan_release() -> tuple:
+    """torchtitan's installed (major, minor) release, or () when it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return tuple(int(x) for x in version("torchtitan").split(".")[:2])
+    except PackageNotFoundError:
+        return ()

@@ -15,22 +15,14 @@ import textwrap
 
 import pytest
 
+from helpers import titan_assets, titan_release
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _titan_release() -> tuple:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return tuple(int(x) for x in version("torchtitan").split(".")[:2])
-    except PackageNotFoundError:
-        return ()
-
 
 # The two releases' command lines differ: 0.3 names a model by --module/--config, 0.2 by
 # --model.name/--model.flavor (and 0.2's pipeline parallelism is the one PyTorch 2.13 runs).
 # (Not installed, the module's own mark says so.)
-_RELEASE = _titan_release()
+_RELEASE = titan_release()
 TITAN_03 = pytest.mark.skipif(bool(_RELEASE) and _RELEASE < (0, 3), reason="drives torchtitan 0.3's command line")
 TITAN_02 = pytest.mark.skipif(bool(_RELEASE) and _RELEASE != (0, 2), reason="drives torchtitan 0.2's command line")
 
@@ -54,35 +46,12 @@ if not hasattr(dist, "set_timeout"):
 runpy.run_module("torchtitan.train", run_name="__main__", alter_sys=True)
 """
 
-SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|pad|>"]
-
-
-def _assets(root):
-    """tests/assets/tokenizer and tests/assets/c4_test under `root`, where torchtitan looks for them."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    words = "the model trains on neuron with fully sharded data parallel and tensor parallel layouts".split()
-    lines = [" ".join(words[(i + j) % len(words)] for j in range(40)) for i in range(200)]
-    data = root / "tests" / "assets" / "c4_test"
-    data.mkdir(parents=True)
-    (data / "data.json").write_text("".join(json.dumps({"text": t}) + "\n" for t in lines))
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=300, special_tokens=SPECIALS))
-    tdir = root / "tests" / "assets" / "tokenizer"
-    tdir.mkdir(parents=True)
-    tok.save(str(tdir / "tokenizer.json"))
-    config = {"bos_token": SPECIALS[0], "eos_token": SPECIALS[1], "pad_token": SPECIALS[2]}
-    (tdir / "tokenizer_config.json").write_text(json.dumps(config))
-    (root / "titan_torch213.py").write_text(textwrap.dedent(SHIM))
-
 
 def _check(tmp_path, check_args, titan_args, entry=("titan_torch213.py",)):
     """A dry run of torchtitan's trainer: `titan_args` are torchrun's two, then the trainer's;
     `entry` starts the trainer (0.3's through the bridge to PyTorch 2.13, 0.2's as its module)."""
-    _assets(tmp_path)
+    titan_assets(tmp_path)
+    (tmp_path / "titan_torch213.py").write_text(textwrap.dedent(SHIM))
     out = tmp_path / "report"
     cmd = [sys.executable, "-m", "torch_neuronx.cli", "check", "--dry-run", "--out", str(out), *check_args]
     cmd += ["--", "torchrun", *titan_args[:2], *entry, *titan_args[2:]]
