@@ -212,10 +212,14 @@ c10::Allocator* charging_cpu_allocator() { return &g_charging_cpu; }
 
 ChargeCpuAllocationsTo::ChargeCpuAllocationsTo(c10::DeviceIndex device) : prev_(tl_charge_device) {
   tl_charge_device = device;
-  if (prev_ < 0 && device >= 0) peak_ = runtime().memory(device).allocated_peak;
+  if (prev_ < 0 && device >= 0) {
+    auto c = runtime().memory(device);
+    peak_ = c.allocated_peak;
+    high_water_ = c.allocated_high_water;
+  }
 }
 ChargeCpuAllocationsTo::~ChargeCpuAllocationsTo() {
-  if (prev_ < 0 && tl_charge_device >= 0) runtime().settle_peak(tl_charge_device, peak_);
+  if (prev_ < 0 && tl_charge_device >= 0) runtime().settle_peak(tl_charge_device, peak_, high_water_);
   tl_charge_device = prev_;
 }
 

@@ -30,7 +30,8 @@ struct ChargeCpuAllocationsTo {
   explicit ChargeCpuAllocationsTo(c10::DeviceIndex device);
   ~ChargeCpuAllocationsTo();
   c10::DeviceIndex prev_;
-  uint64_t peak_ = 0;  // the device's allocated peak at the outermost scope's start
+  uint64_t peak_ = 0;        // the device's allocated peak at the outermost scope's start
+  uint64_t high_water_ = 0;  // and its allocated high-water mark
 };
 // True when dp is host memory that the device's accounting already owns.
 bool is_device_memory(const c10::DataPtr& dp);

@@ -150,12 +150,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     auto c = runtime().memory(static_cast<int>(device));
     return std::make_pair(c.allocated_current, c.reserved_current);
   });
-  // (allocated, reserved) peaks since the last reset, as cheaply: a recording folds them in at
-  // each sample, so a script's own reset of the peaks does not hide the run's peak from it.
-  m.def("_memory_peaks", [](int64_t device) {
+  // (allocated, reserved) high-water marks: the peaks since the last _reset_memory_high_water,
+  // which the program's own resets of its peak statistics (torch.neuron's, torch.accelerator's)
+  // leave alone, so a recording sees the run's peak however the script resets its counters.
+  m.def("_memory_high_water", [](int64_t device) {
     check_device_index(device);
     auto c = runtime().memory(static_cast<int>(device));
-    return std::make_pair(c.allocated_peak, c.reserved_peak);
+    return std::make_pair(c.allocated_high_water, c.reserved_high_water);
+  });
+  m.def("_reset_memory_high_water", [](int64_t device) {
+    check_device_index(device);
+    runtime().reset_high_water(static_cast<int>(device));
   });
   m.def("_fallback_reason", [](const std::string& op, const std::vector<at::ScalarType>& dtypes) {
     const char* odd = nullptr;

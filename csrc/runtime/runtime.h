@@ -23,6 +23,10 @@ struct MemoryCounters {
   uint64_t num_allocs = 0, num_frees = 0, num_ooms = 0, num_alloc_retries = 0;
   uint64_t live_count = 0, live_count_peak = 0;
   uint64_t segment_count = 0, segment_count_peak = 0;
+  // The peaks a tool reads (a dry run's recording): raised with the peaks
+  // above, but reset only by reset_high_water, so a program's own reset of its
+  // peak statistics does not hide its peak from the tool.
+  uint64_t allocated_high_water = 0, reserved_high_water = 0;
   uint64_t capacity = 0;
 };
 
@@ -76,10 +80,12 @@ class Runtime {
   std::vector<BlockInfo> blocks() const;
   bool live_block(const void* ptr, BlockInfo* out) const;
   void reset_peak(int device);
-  // Lowers the allocated peak to max(`peak`, allocated now) if above it, so what
-  // a stretch of work allocated and freed again leaves no trace in the peak (a
-  // host kernel's scratch is not device memory; see ChargeCpuAllocationsTo).
-  void settle_peak(int device, uint64_t peak);
+  void reset_high_water(int device);
+  // Lowers the allocated peak to max(`peak`, allocated now) if above it, and the
+  // allocated high-water mark likewise to max(`high_water`, allocated now), so
+  // what a stretch of work allocated and freed again leaves no trace in either
+  // (a host kernel's scratch is not device memory; see ChargeCpuAllocationsTo).
+  void settle_peak(int device, uint64_t peak, uint64_t high_water);
   void reset_accumulated(int device);
 
  private:

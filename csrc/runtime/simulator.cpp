@@ -114,6 +114,7 @@ AllocStatus Runtime::obtain(int device, size_t nbytes, void** out, bool backed) 
         return AllocStatus::OutOfHostMemory;
       }
       c.reserved_peak = std::max(c.reserved_peak, c.reserved_current);
+      c.reserved_high_water = std::max(c.reserved_high_water, c.reserved_current);
       c.reserved_total += block;
       c.segment_count_peak = std::max(c.segment_count_peak, ++c.segment_count);
     }
@@ -122,6 +123,7 @@ AllocStatus Runtime::obtain(int device, size_t nbytes, void** out, bool backed) 
   }
   c.allocated_current += nbytes;
   c.allocated_peak = std::max(c.allocated_peak, c.allocated_current);
+  c.allocated_high_water = std::max(c.allocated_high_water, c.allocated_current);
   c.allocated_total += nbytes;
   ++c.num_allocs;
   *out = p;
@@ -221,10 +223,18 @@ void Runtime::reset_peak(int device) {
   c.segment_count_peak = c.segment_count;
 }
 
-void Runtime::settle_peak(int device, uint64_t peak) {
+void Runtime::reset_high_water(int device) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  auto& c = state_->counters.at(device);
+  c.allocated_high_water = c.allocated_current;
+  c.reserved_high_water = c.reserved_current;
+}
+
+void Runtime::settle_peak(int device, uint64_t peak, uint64_t high_water) {
   std::lock_guard<std::mutex> lock(state_->mu);
   auto& c = state_->counters.at(device);
   c.allocated_peak = std::min(c.allocated_peak, std::max(peak, c.allocated_current));
+  c.allocated_high_water = std::min(c.allocated_high_water, std::max(high_water, c.allocated_current));
 }
 
 void Runtime::reset_accumulated(int device) {

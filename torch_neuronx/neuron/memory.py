@@ -30,9 +30,14 @@ def _in_use(device=None) -> tuple:
     return _C._memory_in_use(_index(device))  # the core checks the index
 
 
-def _peaks(device=None) -> tuple:
-    """(allocated, reserved) peak bytes on a core since its last reset, read as cheaply as _in_use."""
-    return _C._memory_peaks(_index(device))
+def _high_water(device=None) -> tuple:
+    """(allocated, reserved) peak bytes on a core since _reset_high_water, which the program's own
+    resets of its peak statistics leave alone (a recording's view of the peak)."""
+    return _C._memory_high_water(_index(device))
+
+
+def _reset_high_water(device=None) -> None:
+    _C._reset_memory_high_water(_index(device))
 
 
 def memory_stats(device=None) -> dict:
@@ -74,17 +79,9 @@ def max_memory_reserved(device=None) -> int:
     return _device_stats(device)["reserved_bytes"]["all"]["peak"]
 
 
-# Called with the core's index before its peaks are reset: a recording (torch_neuronx.readiness)
-# reads the peaks the script is about to drop.
-_before_peak_reset: list = []
-
-
 def reset_peak_memory_stats(device=None) -> None:
     """Reset the peaks to the current values."""
-    device = _checked(device)
-    for hook in _before_peak_reset:
-        hook(_index(device))
-    torch.accelerator.reset_peak_memory_stats(device)
+    torch.accelerator.reset_peak_memory_stats(_checked(device))
 
 
 def reset_max_memory_allocated(device=None) -> None:

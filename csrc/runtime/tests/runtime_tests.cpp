@@ -150,7 +150,25 @@ void test_allocator() {
   c = rt.memory(0);
   CHECK(c.allocated_current == 0 && c.reserved_current == 0 && c.allocated_peak == big_bytes);
   rt.reset_peak(0);
-  CHECK(rt.memory(0).allocated_peak == 0);
+  c = rt.memory(0);
+  CHECK(c.allocated_peak == 0);
+  // The high-water marks outlive the program's resets of its peaks; only their own reset drops them.
+  CHECK(c.allocated_high_water >= big_bytes && c.reserved_high_water >= big_bytes);
+  rt.reset_high_water(0);
+  c = rt.memory(0);
+  CHECK(c.allocated_high_water == 0 && c.reserved_high_water == 0);
+  // A settled stretch (a host kernel's scratch) leaves no trace in either.
+  void* kept = nullptr;
+  CHECK(rt.allocate(0, 1 * MiB, &kept) == AllocStatus::Ok);
+  c = rt.memory(0);
+  const uint64_t peak = c.allocated_peak, high_water = c.allocated_high_water;
+  void* scratch = nullptr;
+  CHECK(rt.allocate(0, 64 * MiB, &scratch) == AllocStatus::Ok);
+  rt.free(scratch);
+  rt.settle_peak(0, peak, high_water);
+  c = rt.memory(0);
+  CHECK(c.allocated_peak == 1 * MiB && c.allocated_high_water == 1 * MiB);
+  rt.free(kept);
 }
 
 }  // namespace

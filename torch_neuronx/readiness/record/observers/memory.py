@@ -47,11 +47,6 @@ class Memory:
         # upper bound on usage now, so a new peak is never missed between timed samples
         self._bound: dict = collections.defaultdict(int)
         self._ooms0: dict = {}
-        # core -> the highest peaks (allocated, reserved) any sample read: the run's peak even where
-        # the script resets the allocator's peak counters (torchtitan does after each logged step).
-        # torch.neuron's resets are sampled first; torch.accelerator's own (not seen from Python)
-        # lose a peak that no sample read before them
-        self._sampled_peak: dict = collections.defaultdict(lambda: (0, 0))
         self._t0 = 0.0
 
     def start(self) -> None:
@@ -59,21 +54,17 @@ class Memory:
         if self.track_outputs:
             self._adopt_existing_tensors()
         if _C._is_initialized():
-            # the recording's peaks are this run's: like a profiler, start them afresh;
-            # OOMs before it are not this run's (the counter is process-wide)
+            # the recording's peaks are this run's: like a profiler, start them afresh. It reads
+            # the cores' high-water marks, which the script's own resets of its peaks (torchtitan
+            # resets them after each logged step) leave alone. OOMs before it are not this run's
+            # (the counter is process-wide)
             for i in range(torch.neuron.device_count()):
                 torch.neuron.reset_peak_memory_stats(i)
+                _memory._reset_high_water(i)
                 self._ooms0[i] = counters(i)["num_ooms"]
-        _memory._before_peak_reset.append(self._before_reset)
 
     def stop(self) -> None:
-        if self._before_reset in _memory._before_peak_reset:
-            _memory._before_peak_reset.remove(self._before_reset)
         self.sample_all()
-
-    def _before_reset(self, core: int) -> None:
-        if core in self._series:  # a core no op ran on has no peak to keep
-            self.sample(core, force=True)
 
     def after_op(self, core: int, outs: list, name: str) -> None:
         if self.track_outputs:  # views too: a view keeps its storage alive
@@ -112,8 +103,6 @@ class Memory:
         self._next_sample[core] = now + _SAMPLE_S
         alloc, reserved = _memory._in_use(core)  # the two counters a sample needs, cheaply
         self._bound[core] = alloc
-        (peak_alloc, peak_reserved), top = _memory._peaks(core), self._sampled_peak[core]
-        self._sampled_peak[core] = (max(top[0], peak_alloc), max(top[1], peak_reserved))
         series = self._series[core]
         if len(series) < _SERIES_MAX or force:
             series.append((round(now - self._t0, 6), alloc, reserved))
@@ -128,10 +117,8 @@ class Memory:
         out = {}
         for core in sorted(self._series):
             c = counters(core)
-            sampled_allocated, sampled_reserved = self._sampled_peak[core]
             out[core] = CoreMemory(
-                max(c["allocated_peak"], sampled_allocated),
-                max(c["reserved_peak"], sampled_reserved),
+                *_memory._high_water(core),
                 c["capacity"],
                 c["num_ooms"] - self._ooms0.get(core, 0),
                 self._series[core],
