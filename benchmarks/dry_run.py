@@ -183,18 +183,10 @@ def build_checkpoint(model: str, path: str) -> int:
     return header_only_checkpoint(LlamaConfig(**_llama.config(model)), path)
 
 
-def _pss_bytes(pid: int) -> int:
-    """Proportional set size: a page shared by n processes counts 1/n in each, so forked
-    ranks sharing the parent's imported modules are not counted once per rank."""
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            if line.startswith("Pss:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def _tree_pss_bytes(root: int) -> int:
-    """Memory of a process and all its descendants together (Linux /proc)."""
+    """Memory of a process and all its descendants together (Linux /proc), shared pages once."""
+    from torch_neuronx.readiness.launch.scheduler import pss_bytes
+
     parent = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -215,7 +207,7 @@ def _tree_pss_bytes(root: int) -> int:
     total = 0
     for pid in tree:
         try:
-            total += _pss_bytes(pid)
+            total += pss_bytes(pid)
         except OSError:  # the process ended meanwhile
             continue
     return total

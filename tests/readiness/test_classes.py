@@ -301,3 +301,32 @@ def test_groups_of_one_kind_are_compared_by_their_work_not_their_names():
     assert C.differences(C.fingerprint(a, mesh), C.fingerprint(rec(1, ["2", "1410", "2754"], sends=2), mesh)) == [
         "collectives"
     ]
+
+
+def test_host_memory_counts_the_pages_forked_ranks_share_once():
+    """The dry run's host memory sums its processes' proportional set sizes: the ranks are forked
+    from a parent that imported the script's modules, and their resident sizes would count those
+    shared pages once per rank (16.7 GiB for 32 torchtitan ranks that held about 3)."""
+    from torch_neuronx.readiness.launch.scheduler import pss_bytes
+
+    block = bytearray(256 << 20)
+    block[::4096] = b"\1" * (len(block) // 4096)  # every page resident, shared with the forks below
+    r, w = os.pipe()
+    kids = []
+    for _ in range(4):
+        pid = os.fork()
+        if pid == 0:
+            os.read(r, 1)
+            os._exit(0)
+        kids.append(pid)
+    try:
+        with open("/proc/self/statm") as f:
+            own_rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        total = sum(pss_bytes(pid) for pid in [os.getpid(), *kids])
+    finally:
+        os.write(w, b"x" * len(kids))
+        for pid in kids:
+            os.waitpid(pid, 0)
+    assert own_rss > 256 << 20
+    # the block once, not five times (each fork has a few private pages of its own)
+    assert total < own_rss + len(kids) * (16 << 20), (total, own_rss)

@@ -19,11 +19,13 @@ most host memory and the most threads (transformers' loader pool).
 
 from __future__ import annotations
 
+import gc
 import os
 import select
 import shutil
 import struct
 import sys
+import time
 
 from ..dry import mailbox
 from . import rank as _rank
@@ -31,6 +33,19 @@ from .job import Job, groups_path
 
 # What a rank tells the parent, as (rank, event) on the pipe: each message is written at once.
 _LOADED, _WAITS, _RUNS = 0, 1, 2
+# Reading a process's proportional set size walks its page tables (a few ms for a forked rank):
+# sample no more often than this, and spend at most a twentieth of the time between samples on it.
+_MEMORY_PERIOD, _MEMORY_DUTY = 0.2, 20
+
+
+def pss_bytes(pid: int) -> int:
+    """A process's proportional set size: a page shared by n processes counts 1/n in each, so
+    forked ranks that share their parent's imported modules are not counted once per rank."""
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 def _signal_first_forward(fd: int, rank: int, raw_dir: str) -> None:
@@ -112,7 +127,8 @@ class _Scheduler:
         self.loaded_r, self.loaded_w = os.pipe()
         self.worst = 0
         self.exited: dict = {}  # rank -> exit status
-        self.host_peak = 0  # bytes: the most the ranks running at once held (resident), with this process
+        self.host_peak = 0  # bytes: the most the ranks running at once held (PSS), with this process
+        self._next_memory_sample = 0.0
 
     def round(self, ranks: list, started: int = 0) -> None:
         """Run `ranks` next (`started` of them already running): the ranks a deadlock is told among."""
@@ -138,14 +154,17 @@ class _Scheduler:
                 return
 
     def _sample_memory(self) -> None:
+        now = time.monotonic()
+        if now < self._next_memory_sample:
+            return
         total = 0
         for pid in [os.getpid(), *self.running]:
             try:
-                with open(f"/proc/{pid}/statm") as f:
-                    total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+                total += pss_bytes(pid)
             except (OSError, ValueError, IndexError):  # exited meanwhile; or no /proc
                 pass
         self.host_peak = max(self.host_peak, total)
+        self._next_memory_sample = now + max(_MEMORY_PERIOD, _MEMORY_DUTY * (time.monotonic() - now))
 
     def _exited(self, rank: int, rc: int) -> None:
         self.exited[rank] = rc
@@ -161,6 +180,11 @@ class _Scheduler:
             self.wait_event()
         sys.stdout.flush()
         sys.stderr.flush()
+        # The parent's objects (the modules it imported for the ranks) move out of the collector's
+        # reach: a rank's full collection (torchtitan runs one at start) would otherwise write to
+        # every one of them and so copy the pages the ranks share (Python's advice for fork
+        # without exec)
+        gc.freeze()
         pid = os.fork()
         if pid == 0:  # the rank
             rc = 1
@@ -221,7 +245,10 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] != "--job":
         print("usage: python -m torch_neuronx.readiness.launch.scheduler --job DIR/job.json", file=sys.stderr)
         return 2
-    return run(Job.load(argv[1]))
+    try:
+        return run(Job.load(argv[1]))
+    finally:
+        gc.unfreeze()  # so that the interpreter's shutdown frees them (native extensions check)
 
 
 if __name__ == "__main__":
