@@ -3,6 +3,7 @@ and pipelines, PEFT adapters, sharded checkpoints with absent shards, and a conf
 Each stand-in's header-only files name the tensors a real save would write (same names, shapes,
 dtypes), and a dry run that loads the stand-in peaks where a real run with the real weights does."""
 
+import gc
 import json
 import os
 import struct
@@ -29,6 +30,10 @@ def _peak(load) -> tuple:
     """(peak bytes on core 0 of a real run of `load`, of a dry run of it)."""
     peaks = []
     for dry in (False, True):
+        # A peak counts what was already allocated: device tensors an earlier test left in reference
+        # cycles would count in whichever run comes before the collector frees them (CI once saw
+        # 444 KiB more in the real run than the dry one)
+        gc.collect()
         with torch_neuronx.readiness(dry_run=dry) as r:
             load(dry)
         peaks.append(r.report.data["memory"][0]["peak_allocated"])
