@@ -306,7 +306,8 @@ def test_groups_of_one_kind_are_compared_by_their_work_not_their_names():
 def test_host_memory_counts_the_pages_forked_ranks_share_once():
     """The dry run's host memory sums its processes' proportional set sizes: the ranks are forked
     from a parent that imported the script's modules, and their resident sizes would count those
-    shared pages once per rank (16.7 GiB for 32 torchtitan ranks that held about 3)."""
+    shared pages once per rank (16.7 GiB for 32 torchtitan ranks whose proportional set sizes
+    summed to 9.6)."""
     from torch_neuronx.readiness.launch.scheduler import pss_bytes
 
     block = bytearray(256 << 20)

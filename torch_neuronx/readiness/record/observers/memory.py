@@ -19,13 +19,12 @@ _SERIES_MAX = 20000
 
 def counters(core: int) -> dict:
     """The core's allocator counters, read from torch.neuron's memory stats (their one source; a
-    sample reads the two it needs through the same module's cheaper `_in_use`)."""
+    sample reads the two it needs through the same module's cheaper `_in_use`, and the recording's
+    peaks are the core's high-water marks, `_high_water`)."""
     s = _memory._device_stats(core)
     return {
         "allocated_current": s["allocated_bytes"]["all"]["current"],
-        "allocated_peak": s["allocated_bytes"]["all"]["peak"],
         "reserved_current": s["reserved_bytes"]["all"]["current"],
-        "reserved_peak": s["reserved_bytes"]["all"]["peak"],
         "num_ooms": s["num_ooms"],
         "capacity": torch.neuron.mem_get_info(core)[1],
     }
